@@ -1,0 +1,3 @@
+from tformer.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,332 @@
+"""ModelConfig: one dataclass that describes every model in the family.
+
+The same config drives the model (tformer.model), the ledger (tformer.cost) and the
+measurements (tformer.measure), so the three can be held equal by tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tformer.errors import TformerError
+
+ARCHS = ("decoder", "encoder", "encoder-decoder")
+POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
+NORMS = ("layernorm", "rmsnorm")
+PLACEMENTS = ("pre", "post")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+ATTN_IMPLS = ("sdpa", "reference")
+
+# Shorthands for the feed-forward block, as papers and the oracles name it.
+MLP_SHORTHANDS = {
+    "relu": ("relu", False),
+    "gelu": ("gelu", False),
+    "gelu_tanh": ("gelu_tanh", False),
+    "silu": ("silu", False),
+    "swiglu": ("silu", True),
+    "geglu": ("gelu", True),
+    "reglu": ("relu", True),
+}
+
+
+@dataclass
+class ModelConfig:
+    """Everything needed to build a Transformer of this family.
+
+    Sizes follow the papers' names: d_model, n_heads, d_ff. For an encoder-decoder,
+    ``n_layers`` counts encoder layers and ``n_decoder_layers`` decoder layers.
+    """
+
+    arch: str = "decoder"
+    n_layers: int = 4
+    n_decoder_layers: int | None = None  # encoder-decoder only; None = same as n_layers
+    d_model: int = 256
+    n_heads: int = 4
+    n_kv_heads: int | None = None  # < n_heads: grouped-query attention; 1: multi-query
+    head_dim: int | None = None  # None = d_model // n_heads (T5 may differ)
+    d_ff: int = 1024
+    vocab_size: int = 65
+    max_positions: int = 128
+
+    # Positions: added to the embeddings (learned, sinusoidal), rotating q/k (rope),
+    # or a bias on the attention scores (alibi, relative = T5 buckets).
+    position: str = "learned"
+    position_offset: int = 0  # BART's learned table starts at index 2
+    rope_theta: float = 10000.0
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+
+    norm: str = "layernorm"
+    norm_placement: str = "pre"  # post = the 2017 paper and BERT; pre = GPT-2, LLaMA, T5
+    norm_eps: float = 1e-5
+    final_norm: bool = True  # a norm after the last layer of each stack
+    embedding_norm: bool = False  # a norm right after the embeddings (BERT, BART)
+
+    activation: str = "gelu"
+    gated_mlp: bool = False  # act(gate(x)) * up(x): SwiGLU when activation is silu
+    bias: bool = True  # biases in the linear layers
+
+    tied_embeddings: bool = True  # LM head shares the token embedding matrix
+    scale_embeddings: bool = False  # token embeddings * sqrt(d_model) (2017 paper)
+    scale_attention: bool = True  # scores / sqrt(head_dim); T5 folds this into init
+    rescale_tied_head: bool = False  # T5: hidden * d_model**-0.5 before a tied head
+
+    type_vocab_size: int = 0  # BERT's segment embeddings
+    pooler: bool = False  # BERT: dense + tanh on the first token
+    lm_head: bool = True  # encoder: the MLM head; decoder: the LM head
+    final_logits_bias: bool = False  # BART: a fixed (buffer) bias on the logits
+
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+
+    attn_impl: str = "sdpa"  # sdpa = fast path; reference = step by step, returns weights
+
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+
+    name: str = field(default="custom", compare=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # Derived sizes -----------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+
+    @property
+    def has_encoder(self) -> bool:
+        return self.arch in ("encoder", "encoder-decoder")
+
+    @property
+    def has_decoder(self) -> bool:
+        return self.arch in ("decoder", "encoder-decoder")
+
+    # Validation --------------------------------------------------------------------
+    def validate(self) -> None:
+        def choice(name: str, options: tuple[str, ...]) -> None:
+            value = getattr(self, name)
+            if value not in options:
+                hint = difflib.get_close_matches(str(value), options, n=1)
+                extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise TformerError(f"{name}='{value}' is unknown{extra}; choose one of: {', '.join(options)}")
+
+        choice("arch", ARCHS)
+        choice("position", POSITIONS)
+        choice("norm", NORMS)
+        choice("norm_placement", PLACEMENTS)
+        choice("activation", ACTIVATIONS)
+        choice("attn_impl", ATTN_IMPLS)
+
+        positive = ["n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_positions"]
+        optional_positive = ["n_decoder_layers", "n_kv_heads", "head_dim"]
+        for name in positive + optional_positive:
+            value = getattr(self, name)
+            if value is None and name in optional_positive:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TformerError(f"{name} must be a whole number, got {value!r}")
+            if value <= 0:
+                raise TformerError(f"{name} must be positive, got {value}; set it to 1 or more")
+        for name in ("position_offset", "type_vocab_size"):
+            if getattr(self, name) < 0:
+                raise TformerError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise TformerError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                f"pick n_heads that divides d_model (e.g. {_divisor_near(self.d_model, self.n_heads)}) or set head_dim"
+            )
+        if self.n_heads % self.kv_heads:
+            raise TformerError(
+                f"n_kv_heads={self.kv_heads} does not divide n_heads={self.n_heads}; "
+                "each key/value head must serve a whole group of query heads"
+            )
+        if self.position == "rope" and self.d_head % 2:
+            raise TformerError(f"RoPE rotates pairs of features, so head_dim must be even, got {self.d_head}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            p = getattr(self, name)
+            if not 0.0 <= p < 1.0:
+                raise TformerError(f"{name} must be in [0, 1), got {p}")
+        if self.norm_eps <= 0:
+            raise TformerError(f"norm_eps must be positive, got {self.norm_eps}")
+        if self.n_decoder_layers is not None and self.arch != "encoder-decoder":
+            raise TformerError("n_decoder_layers only applies to arch='encoder-decoder'; use n_layers instead")
+        if self.type_vocab_size and self.arch != "encoder":
+            raise TformerError("type_vocab_size (segment embeddings) only applies to arch='encoder'")
+        if self.pooler and self.arch != "encoder":
+            raise TformerError("pooler only applies to arch='encoder'")
+        if self.arch != "encoder" and not self.lm_head:
+            raise TformerError(f"a {self.arch} model needs its LM head; lm_head=false is only for encoders")
+        if self.relative_attention_num_buckets <= 1 and self.position == "relative":
+            raise TformerError("relative_attention_num_buckets must be at least 2")
+
+    # Conversions ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+        data = dict(data)
+        if "mlp" in data:  # shorthand: mlp=swiglu sets activation and gating together
+            mlp = data.pop("mlp")
+            if mlp not in MLP_SHORTHANDS:
+                raise TformerError(f"mlp='{mlp}' is unknown; choose one of: {', '.join(MLP_SHORTHANDS)}")
+            data["activation"], data["gated_mlp"] = MLP_SHORTHANDS[mlp]
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            hint = difflib.get_close_matches(unknown[0], known, n=1)
+            extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+            raise TformerError(f"unknown config key '{unknown[0]}'{extra}; valid keys: {', '.join(sorted(known))}")
+        for f in dataclasses.fields(cls):
+            if f.name in data:
+                data[f.name] = _coerce(f.name, f.type, data[f.name])
+        return cls(**data)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "ModelConfig":
+        """A tformer config JSON, or a Hugging Face config.json (detected by model_type)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise TformerError(f"config file {path} does not exist; pass the path of a JSON config") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TformerError(f"config file {path} is not valid JSON ({exc}); fix or regenerate it") from None
+        if not isinstance(data, dict):
+            raise TformerError(f"config file {path} must hold a JSON object, got {type(data).__name__}")
+        if "model_type" in data:
+            from tformer.hf_config import config_from_hf
+
+            return config_from_hf(data)
+        return cls.from_dict(data)
+
+    def replace(self, **changes: Any) -> "ModelConfig":
+        return self.from_dict({**self.to_dict(), **changes})
+
+    def with_overrides(self, assignments: list[str]) -> "ModelConfig":
+        """Apply CLI-style ``key=value`` strings (values parsed as JSON when they can be)."""
+        changes: dict[str, Any] = {}
+        for item in assignments:
+            if "=" not in item:
+                raise TformerError(f"--set expects key=value, got '{item}'")
+            key, raw = item.split("=", 1)
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw
+            changes[key.strip()] = value
+        return self.replace(**changes)
+
+
+def _coerce(name: str, type_name: Any, value: Any) -> Any:
+    """Check a value against its field's type (given as a string under PEP 563)."""
+    t = str(type_name)
+    if value is None:
+        if "None" in t:
+            return None
+        raise TformerError(f"{name} cannot be null")
+    if t.startswith("int"):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TformerError(f"{name} must be a whole number, got {value!r}")
+    elif t.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TformerError(f"{name} must be a number, got {value!r}")
+        value = float(value)
+    elif t == "bool":
+        if not isinstance(value, bool):
+            raise TformerError(f"{name} must be true or false, got {value!r}")
+    elif t == "str":
+        if not isinstance(value, str):
+            raise TformerError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def _divisor_near(n: int, k: int) -> int:
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - k))
+
+
+# Presets -----------------------------------------------------------------------------
+# Sizes from the papers and the released config files:
+#   Vaswani et al. 2017 Table 3; GPT-2 (Radford et al. 2019) released configs;
+#   BERT (Devlin et al. 2018); T5 (Raffel et al. 2020) v1.0 configs; BART (Lewis et al. 2019);
+#   LLaMA (Touvron et al. 2023a, 7B/13B) and Llama 2 70B (2023b, GQA with 8 KV heads);
+#   GPT-3 (Brown et al. 2020, Table 2.1; its alternating sparse attention is not modelled).
+
+_GPT2 = dict(arch="decoder", vocab_size=50257, max_positions=1024, position="learned", norm="layernorm",
+             norm_placement="pre", activation="gelu_tanh", bias=True, tied_embeddings=True, norm_eps=1e-5,
+             dropout=0.1, attention_dropout=0.1, bos_token_id=50256, eos_token_id=50256)
+_BERT = dict(arch="encoder", vocab_size=30522, max_positions=512, position="learned", norm="layernorm",
+             norm_placement="post", norm_eps=1e-12, final_norm=False, embedding_norm=True, activation="gelu",
+             type_vocab_size=2, pooler=True, lm_head=False, tied_embeddings=True, dropout=0.1,
+             attention_dropout=0.1, pad_token_id=0)
+_T5 = dict(arch="encoder-decoder", vocab_size=32128, max_positions=512, position="relative", head_dim=64,
+           norm="rmsnorm", norm_placement="pre", norm_eps=1e-6, activation="relu", bias=False,
+           tied_embeddings=True, rescale_tied_head=True, scale_attention=False, dropout=0.1,
+           pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+_LLAMA = dict(arch="decoder", vocab_size=32000, max_positions=2048, position="rope", norm="rmsnorm",
+              norm_placement="pre", norm_eps=1e-6, activation="silu", gated_mlp=True, bias=False,
+              tied_embeddings=False, bos_token_id=1, eos_token_id=2)
+_VASWANI = dict(arch="encoder-decoder", vocab_size=37000, max_positions=1024, position="sinusoidal",
+                norm="layernorm", norm_placement="post", final_norm=False, activation="relu", bias=True,
+                tied_embeddings=True, scale_embeddings=True, norm_eps=1e-6)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "char-small": dict(arch="decoder", n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=65,
+                       max_positions=128, position="learned", norm="layernorm", norm_placement="pre",
+                       activation="gelu", tied_embeddings=True, bias=True),
+    "vaswani-base": dict(_VASWANI, n_layers=6, n_decoder_layers=6, d_model=512, n_heads=8, d_ff=2048, dropout=0.1),
+    "vaswani-big": dict(_VASWANI, n_layers=6, n_decoder_layers=6, d_model=1024, n_heads=16, d_ff=4096, dropout=0.3),
+    "gpt2": dict(_GPT2, n_layers=12, d_model=768, n_heads=12, d_ff=3072),
+    "gpt2-medium": dict(_GPT2, n_layers=24, d_model=1024, n_heads=16, d_ff=4096),
+    "gpt2-large": dict(_GPT2, n_layers=36, d_model=1280, n_heads=20, d_ff=5120),
+    "gpt2-xl": dict(_GPT2, n_layers=48, d_model=1600, n_heads=25, d_ff=6400),
+    "gpt3-175b": dict(_GPT2, n_layers=96, d_model=12288, n_heads=96, d_ff=49152, max_positions=2048,
+                      activation="gelu", dropout=0.0, attention_dropout=0.0),
+    "bert-base": dict(_BERT, n_layers=12, d_model=768, n_heads=12, d_ff=3072),
+    "bert-large": dict(_BERT, n_layers=24, d_model=1024, n_heads=16, d_ff=4096),
+    "t5-small": dict(_T5, n_layers=6, n_decoder_layers=6, d_model=512, n_heads=8, d_ff=2048),
+    "t5-base": dict(_T5, n_layers=12, n_decoder_layers=12, d_model=768, n_heads=12, d_ff=3072),
+    "bart-base": dict(arch="encoder-decoder", n_layers=6, n_decoder_layers=6, d_model=768, n_heads=12, d_ff=3072,
+                      vocab_size=50265, max_positions=1024, position="learned", position_offset=2,
+                      norm="layernorm", norm_placement="post", final_norm=False, embedding_norm=True,
+                      activation="gelu", bias=True, tied_embeddings=True, final_logits_bias=True,
+                      dropout=0.1, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+    "llama-7b": dict(_LLAMA, n_layers=32, d_model=4096, n_heads=32, d_ff=11008),
+    "llama-13b": dict(_LLAMA, n_layers=40, d_model=5120, n_heads=40, d_ff=13824),
+    "llama-70b": dict(_LLAMA, n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8, d_ff=28672,
+                      max_positions=4096, norm_eps=1e-5),
+}
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """A named preset, optionally with fields replaced."""
+    if name not in PRESETS:
+        hint = difflib.get_close_matches(name, PRESETS, n=1)
+        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise TformerError(f"unknown preset '{name}'{extra}; see `tformer presets` for the list")
+    return ModelConfig.from_dict({**PRESETS[name], "name": name, **overrides})

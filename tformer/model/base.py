@@ -1,0 +1,79 @@
+"""What every architecture shares: the output record, token embeddings, losses."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+IGNORE_INDEX = -100  # label value that the losses skip (padding, unmasked MLM positions)
+
+
+@dataclass
+class ModelOutput:
+    """Named like Hugging Face's outputs, so code written for one works with the other."""
+
+    logits: torch.Tensor | None = None  # (B, T, vocab)
+    last_hidden_state: torch.Tensor | None = None  # (B, T, d_model), after the final norm
+    loss: torch.Tensor | None = None
+    pooler_output: torch.Tensor | None = None  # (B, d_model), encoder with a pooler
+    encoder_last_hidden_state: torch.Tensor | None = None  # encoder-decoder: (B, S, d_model)
+    past_key_values: object | None = None  # KVCache
+    attentions: list | None = None  # per layer (B, H, T, Tk), when asked for
+    cross_attentions: list | None = None
+    encoder_attentions: list | None = None
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+
+class TransformerModel(nn.Module):
+    """Base class: holds the config and the token embedding table every architecture starts with."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.tok_embed = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size):
+            from tformer.errors import TformerError
+
+            raise TformerError(
+                f"token id {int(input_ids.max()) if int(input_ids.max()) >= self.config.vocab_size else int(input_ids.min())} "
+                f"is outside the vocabulary [0, {self.config.vocab_size}); check the tokenizer matches the model"
+            )
+        h = self.tok_embed(input_ids)
+        return h * self.embed_scale if self.embed_scale != 1.0 else h
+
+    def tie_weights(self) -> None:
+        if self.config.tied_embeddings and getattr(self, "lm_head", None) is not None:
+            self.lm_head.weight = self.tok_embed.weight
+
+    def num_parameters(self) -> int:
+        """Every parameter once (a tied head shares the embedding's storage and is not counted twice)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def set_attn_impl(self, impl: str) -> None:
+        """'sdpa' (fast) or 'reference' (step by step, can return weights) for every attention layer."""
+        from tformer.model.attention import MultiHeadAttention
+
+        if impl not in ("sdpa", "reference"):
+            from tformer.errors import TformerError
+
+            raise TformerError(f"attention implementation '{impl}' is unknown; choose sdpa or reference")
+        self.config.attn_impl = impl
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.impl = impl
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor, shift: bool) -> torch.Tensor:
+    """Mean cross-entropy in nats over labelled positions. ``shift``: position t predicts label t+1."""
+    if shift:
+        logits, labels = logits[:, :-1], labels[:, 1:]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)

@@ -1,0 +1,138 @@
+"""The Transformer layer and the stack of layers that encoders and decoders are made of."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tformer.errors import TformerError
+from tformer.model.attention import MultiHeadAttention
+from tformer.model.feedforward import FeedForward
+from tformer.model.masks import build_mask
+from tformer.model.norm import make_norm
+from tformer.model.position import ALiBi, LearnedPositions, RelativePositionBias, SinusoidalPositions, rope_cos_sin
+
+
+class Block(nn.Module):
+    """Self-attention, optional cross-attention, feed-forward; each wrapped in a residual and a norm.
+
+    post-norm (the 2017 paper, BERT, BART):  x = norm(x + sublayer(x))
+    pre-norm  (GPT-2, LLaMA, T5):            x = x + sublayer(norm(x))
+    """
+
+    def __init__(self, config, layer_idx: int, cross: bool = False):
+        super().__init__()
+        self.pre_norm = config.norm_placement == "pre"
+        self.attn_norm = make_norm(config)
+        self.attn = MultiHeadAttention(config, layer_idx)
+        self.cross_attn_norm = make_norm(config) if cross else None
+        self.cross_attn = MultiHeadAttention(config, layer_idx, cross=True) if cross else None
+        self.mlp_norm = make_norm(config)
+        self.mlp = FeedForward(config)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def _residual(self, x, norm, sublayer):
+        if self.pre_norm:
+            out, weights = sublayer(norm(x))
+            return x + self.dropout(out), weights
+        out, weights = sublayer(x)
+        return norm(x + self.dropout(out)), weights
+
+    def forward(self, x, self_mask, rope=None, memory=None, cross_mask=None, cache=None, need_weights=False):
+        x, self_w = self._residual(
+            x, self.attn_norm, lambda h: self.attn(h, self_mask, rope=rope, cache=cache, need_weights=need_weights)
+        )
+        cross_w = None
+        if self.cross_attn is not None:
+            x, cross_w = self._residual(
+                x,
+                self.cross_attn_norm,
+                lambda h: self.cross_attn(h, cross_mask, memory=memory, cache=cache, need_weights=need_weights),
+            )
+        x, _ = self._residual(x, self.mlp_norm, lambda h: (self.mlp(h), None))
+        return x, self_w, cross_w
+
+
+class Stack(nn.Module):
+    """Positions, embedding norm, N blocks, final norm: the body of an encoder or a decoder.
+
+    Takes token embeddings (B, T, d_model) and returns hidden states of the same shape. A causal
+    stack lets each position attend only to itself and earlier positions; a stack with ``cross``
+    also attends to an encoder's output.
+    """
+
+    def __init__(self, config, n_layers: int, causal: bool, cross: bool = False):
+        super().__init__()
+        self.causal = causal
+        d, kind = config.d_model, config.position
+        self.positions = None
+        if kind == "learned":
+            self.positions = LearnedPositions(config.max_positions, d, config.position_offset)
+        elif kind == "sinusoidal":
+            self.positions = SinusoidalPositions(config.max_positions, d)
+        self.rope = (config.d_head, config.rope_theta) if kind == "rope" else None
+        self.score_bias = None
+        if kind == "alibi":
+            self.score_bias = ALiBi(config.n_heads)
+        elif kind == "relative":
+            self.score_bias = RelativePositionBias(
+                config.relative_attention_num_buckets, config.relative_attention_max_distance,
+                config.n_heads, bidirectional=not causal,
+            )
+        self.embed_norm = make_norm(config) if config.embedding_norm else None
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(Block(config, i, cross=cross) for i in range(n_layers))
+        self.final_norm = make_norm(config) if config.final_norm else None
+        self.max_positions = config.max_positions
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        cache=None,
+        need_weights: bool = False,
+    ):
+        """h: (B, T, d_model) token embeddings. attention_mask: (B, past + T), 1 = real token.
+
+        Returns (hidden (B, T, d_model), self-attention weights per layer, cross-attention weights per layer).
+        """
+        B, T, _ = h.shape
+        past = cache.length if cache is not None else 0
+        total = past + T
+        if self.positions is not None and total > self.max_positions:
+            raise TformerError(
+                f"sequence of {total} positions exceeds the model's max_positions={self.max_positions}; "
+                "shorten the input (or truncate it) to fit the context window"
+            )
+        if position_ids is None:
+            position_ids = torch.arange(past, total, device=h.device)[None].expand(B, T)
+        if self.positions is not None:
+            h = h + self.positions(position_ids).to(h.dtype)
+        if self.embed_norm is not None:
+            h = self.embed_norm(h)
+        h = self.dropout(h)
+
+        score_bias = None
+        if self.score_bias is not None:
+            k_pos = torch.arange(total, device=h.device)
+            score_bias = self.score_bias(k_pos[past:], k_pos)
+        self_mask = build_mask(T, total, causal=self.causal, key_padding=attention_mask,
+                               position_bias=score_bias, dtype=h.dtype, device=h.device)
+        cross_mask = None
+        if memory is not None:
+            cross_mask = build_mask(T, memory.shape[1], causal=False, key_padding=memory_mask,
+                                    dtype=h.dtype, device=h.device)
+        rope = rope_cos_sin(position_ids, self.rope[0], self.rope[1], h.dtype) if self.rope else None
+
+        self_weights, cross_weights = [], []
+        for layer in self.layers:
+            h, sw, cw = layer(h, self_mask, rope=rope, memory=memory, cross_mask=cross_mask,
+                              cache=cache, need_weights=need_weights)
+            self_weights.append(sw)
+            cross_weights.append(cw)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+        return h, self_weights, cross_weights

@@ -1,0 +1,47 @@
+"""Decoder-only Transformer: GPT-2 (Radford et al. 2019), and with RoPE, RMSNorm, SwiGLU and
+grouped-query attention, LLaMA (Touvron et al. 2023).
+
+    tokens -> embeddings -> N causal blocks -> final norm -> LM head -> next-token logits
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tformer.model.base import ModelOutput, TransformerModel, lm_loss
+from tformer.model.blocks import Stack
+from tformer.model.cache import KVCache
+
+
+class DecoderLM(TransformerModel):
+    def __init__(self, config):
+        super().__init__(config)
+        self.decoder = Stack(config, config.n_layers, causal=True)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.tie_weights()
+
+    def new_cache(self, max_length: int | None = None) -> KVCache:
+        return KVCache(self.config.n_layers, max_length)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # (B, T)
+        attention_mask: torch.Tensor | None = None,  # (B, past + T), 1 = real token
+        position_ids: torch.Tensor | None = None,  # (B, T); default past..past+T-1
+        past_key_values: KVCache | None = None,
+        use_cache: bool = False,
+        labels: torch.Tensor | None = None,  # (B, T); shifted inside, -100 = ignore
+        output_attentions: bool = False,
+    ) -> ModelOutput:
+        cache = past_key_values if past_key_values is not None else (self.new_cache() if use_cache else None)
+        h = self.embed(input_ids)
+        h, attentions, _ = self.decoder(h, attention_mask, position_ids, cache=cache, need_weights=output_attentions)
+        logits = self.lm_head(h)
+        return ModelOutput(
+            logits=logits,
+            last_hidden_state=h,
+            loss=lm_loss(logits, labels, shift=True) if labels is not None else None,
+            past_key_values=cache,
+            attentions=attentions if output_attentions else None,
+        )

@@ -1,0 +1,37 @@
+"""The position-wise feed-forward block: two (or, gated, three) linear maps around an activation."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact, with erf (BERT, BART)
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "silu": F.silu,  # a.k.a. swish; with gating it makes SwiGLU (LLaMA)
+}
+
+
+class FeedForward(nn.Module):
+    """down(act(up(x))), or down(act(gate(x)) * up(x)) when gated (Shazeer 2020).
+
+    x: (B, T, d_model) -> (B, T, d_model); the hidden layer is (B, T, d_ff).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        d, d_ff, bias = config.d_model, config.d_ff, config.bias
+        self.up = nn.Linear(d, d_ff, bias=bias)
+        self.gate = nn.Linear(d, d_ff, bias=bias) if config.gated_mlp else None
+        self.down = nn.Linear(d_ff, d, bias=bias)
+        self.act = ACTIVATIONS[config.activation]
+        self.dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate is not None:
+            h = self.act(self.gate(x)) * self.up(x)
+        else:
+            h = self.act(self.up(x))
+        return self.down(self.dropout(h))

@@ -1,0 +1,30 @@
+"""Initial weights for training from scratch (loaded checkpoints overwrite them)."""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from tformer.model.position import LearnedPositions, RelativePositionBias
+
+STD = 0.02  # GPT-2 / BERT
+
+
+def init_weights(model: nn.Module) -> None:
+    config = model.config
+    embed_std = config.d_model**-0.5 if config.scale_embeddings else STD  # keeps sqrt(d)-scaled inputs near unit size
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, 0.0, STD)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (LearnedPositions, RelativePositionBias)):
+            nn.init.normal_(module.weight, 0.0, STD)
+    nn.init.normal_(model.tok_embed.weight, 0.0, embed_std)
+    # Residual branches add up over depth; scale their output projections by 1/sqrt(2 * layers)
+    # so the residual stream's variance stays put (GPT-2 paper, section 2.3).
+    n_residual = 2 * (config.n_layers + (config.decoder_layers if config.arch == "encoder-decoder" else 0))
+    for name, param in model.named_parameters():
+        if name.endswith(("o_proj.weight", "mlp.down.weight")):
+            nn.init.normal_(param, 0.0, STD / math.sqrt(n_residual))
