@@ -1,0 +1,152 @@
+"""The step-by-step attention equals the fused SDPA path; the hand LayerNorm equals F.layer_norm."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tformer.config import ModelConfig
+from tformer.model import build
+from tformer.model.attention import attention_reference, attention_sdpa
+from tformer.model.masks import build_mask
+from tformer.model.norm import LayerNorm, RMSNorm, layer_norm_reference
+
+B, H, D = 2, 4, 8
+
+
+def _qkv(tq, tk, kv_heads=H):
+    return torch.randn(B, H, tq, D), torch.randn(B, kv_heads, tk, D), torch.randn(B, kv_heads, tk, D)
+
+
+def _both(q, k, v, mask):
+    scale = 1 / math.sqrt(D)
+    ref, weights = attention_reference(q, k, v, mask, scale)
+    fast = attention_sdpa(q, k, v, mask, scale)
+    return ref, fast, weights
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["self", "causal", "padding", "causal+padding", "cross", "cross+padding", "gqa", "mqa", "cached-step", "chunk"],
+)
+def test_reference_equals_sdpa(case):
+    keep = torch.ones(B, 6, dtype=torch.long)
+    keep[1, 4:] = 0
+    tq, tk, kv_heads, causal, pad = 6, 6, H, False, None
+    if case == "causal":
+        causal = True
+    elif case == "padding":
+        pad = keep
+    elif case == "causal+padding":
+        causal, pad = True, keep
+    elif case == "cross":
+        tq, tk = 3, 6
+    elif case == "cross+padding":
+        tq, tk, pad = 3, 6, keep
+    elif case == "gqa":
+        kv_heads, causal = 2, True
+    elif case == "mqa":
+        kv_heads, causal = 1, True
+    elif case == "cached-step":  # one new query against 6 cached keys
+        tq, causal = 1, True
+    elif case == "chunk":  # 3 new queries after 3 cached keys: the causal mask must be offset
+        tq, causal = 3, True
+    q, k, v = _qkv(tq, tk, kv_heads)
+    mask = build_mask(tq, tk, causal=causal, key_padding=pad)
+    ref, fast, weights = _both(q, k, v, mask)
+    assert torch.allclose(ref, fast, atol=1e-6, rtol=0), (ref - fast).abs().max()
+    assert torch.allclose(weights.sum(-1), torch.ones(B, H, tq), atol=1e-6)
+
+
+def test_reference_weights_follow_the_definition():
+    """softmax(QK^T / sqrt(d)) V computed independently, one head at a time, with plain loops."""
+    q, k, v = _qkv(4, 5)
+    out, weights = attention_reference(q, k, v, build_mask(4, 5, causal=False), 1 / math.sqrt(D))
+    for b in range(B):
+        for h in range(H):
+            for i in range(4):
+                scores = torch.tensor([float(q[b, h, i] @ k[b, h, j]) / math.sqrt(D) for j in range(5)])
+                w = torch.exp(scores - scores.max())
+                w = w / w.sum()
+                assert torch.allclose(weights[b, h, i], w, atol=1e-6)
+                assert torch.allclose(out[b, h, i], (w[:, None] * v[b, h]).sum(0), atol=1e-5)
+
+
+def test_causal_mask_hides_the_future():
+    q, k, v = _qkv(5, 5)
+    _, _, weights = _both(q, k, v, build_mask(5, 5, causal=True))
+    future = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    assert weights[..., future].abs().max() == 0
+
+
+def test_fully_masked_rows_give_zeros_not_nan_in_both_paths_and_backward():
+    # Left padding in a causal batch: the first query of row 1 can see only padding.
+    keep = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    mask = build_mask(4, 4, causal=True, key_padding=keep)
+    q, k, v = (t.requires_grad_() for t in _qkv(4, 4))
+    ref, fast, weights = _both(q, k, v, mask)
+    for out in (ref, fast):
+        assert not torch.isnan(out).any()
+        assert out[1, :, :2].abs().max() == 0  # the two padding queries attend nothing -> zero output
+    assert weights[1, :, :2].abs().max() == 0
+    (ref.sum() + fast.sum()).backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_padding_keys_get_zero_weight():
+    keep = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+    q, k, v = _qkv(6, 6)
+    _, _, weights = _both(q, k, v, build_mask(6, 6, causal=False, key_padding=keep))
+    assert weights[1, :, :, 3:].abs().max() == 0
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "alibi", "relative"])
+@pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder-decoder"])
+def test_model_outputs_equal_under_both_paths(arch, position):
+    config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, vocab_size=50,
+                         max_positions=32, position=position, lm_head=True,
+                         decoder_start_token_id=0 if arch == "encoder-decoder" else None)
+    model = build(config).eval()
+    ids = torch.randint(0, 50, (2, 9))
+    keep = torch.ones(2, 9, dtype=torch.long)
+    keep[1, 6:] = 0
+    kwargs = dict(attention_mask=keep)
+    if arch == "encoder-decoder":
+        kwargs["decoder_input_ids"] = ids[:, :5]
+    with torch.no_grad():
+        fast = model(ids, **kwargs).logits
+        model.set_attn_impl("reference")
+        ref = model(ids, **kwargs).logits
+    valid = keep.bool() if arch != "encoder-decoder" else torch.ones(2, 5, dtype=torch.bool)
+    assert torch.allclose(fast[valid], ref[valid], atol=1e-5, rtol=0)
+
+
+def test_output_attentions_returns_one_distribution_per_query():
+    model = build(ModelConfig(n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=50)).eval()
+    out = model(torch.randint(0, 50, (1, 7)), output_attentions=True)
+    assert len(out.attentions) == 2
+    assert out.attentions[0].shape == (1, 4, 7, 7)
+    assert torch.allclose(out.attentions[1].sum(-1), torch.ones(1, 4, 7), atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(3, 16), (2, 5, 64), (4, 3, 2, 33)])
+def test_hand_layer_norm_equals_f_layer_norm(shape):
+    norm = LayerNorm(shape[-1], eps=1e-5)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    x = torch.randn(shape) * 3 + 1
+    assert torch.allclose(norm.forward_reference(x), norm(x), atol=1e-6, rtol=0)
+    assert torch.allclose(layer_norm_reference(x, norm.weight, norm.bias, 1e-5),
+                          F.layer_norm(x, (shape[-1],), norm.weight, norm.bias, 1e-5), atol=1e-6, rtol=0)
+
+
+def test_rms_norm_matches_its_definition_and_torch():
+    norm = RMSNorm(24, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(5, 24)
+    by_hand = x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-6) * norm.weight
+    assert torch.allclose(norm(x), by_hand, atol=1e-6)
+    assert torch.allclose(norm(x), F.rms_norm(x, (24,), norm.weight, 1e-6), atol=1e-6)
