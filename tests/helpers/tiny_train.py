@@ -1,0 +1,62 @@
+"""A tiny training run on a synthetic token stream, for the resume and DDP tests (run as a script)."""
+
+import argparse
+import os
+import signal
+
+import numpy as np
+import torch
+
+from tformer.config import ModelConfig
+from tformer.model import build
+from tformer.train import distributed
+from tformer.train.loop import TrainArgs, Trainer
+from tformer.train.sources import CausalLMSource
+
+
+def synthetic_stream(n: int) -> np.ndarray:
+    """Counting sequences mod 32 with random restarts: learnable, not trivial."""
+    rng = np.random.default_rng(0)
+    out, value = np.empty(n, dtype=np.uint16), 0
+    for i in range(n):
+        value = rng.integers(0, 32) if rng.random() < 0.1 else (value + 1) % 32
+        out[i] = value
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--kill-at", type=int, default=0)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    distributed.init_from_env("cpu")
+    stream = synthetic_stream(6000)
+    config = ModelConfig(n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=32, max_positions=16,
+                         dropout=a.dropout)
+    torch.manual_seed(42)
+    model = build(config)
+    args = TrainArgs(out=a.out, max_steps=a.steps, batch_size=8, grad_accum=a.accum, lr=3e-3, warmup=5,
+                     eval_interval=5, eval_batches=2, log_interval=1, ckpt_interval=5, seed=7)
+    trainer = Trainer(model, CausalLMSource(stream[:5000], stream[5000:], 16, seed=7), args, log=lambda s: None)
+    if a.kill_at:
+        real_save = trainer.save
+
+        def save_then_die():
+            real_save()
+            if trainer.step == a.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        trainer.save = save_then_die
+    if a.resume:
+        trainer.resume()
+    trainer.run()
+    distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The training loop: it learns, resumes bit-identically after SIGKILL, and DDP equals one process."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tformer.errors import TformerError
+from tformer.train.schedule import noam, warmup_cosine
+
+SCRIPT = Path(__file__).parent / "helpers" / "tiny_train.py"
+
+
+def _run(*args, torchrun=0):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if torchrun:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}",
+               str(SCRIPT), *args]
+    else:
+        cmd = [sys.executable, str(SCRIPT), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _losses(out: Path) -> list[float]:
+    return [json.loads(line)["train_loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _weights(out: Path) -> dict:
+    return load_file(str(out / "final" / "model.safetensors"))
+
+
+def test_loss_falls_and_metrics_are_logged(tmp_path):
+    result = _run("--out", str(tmp_path), "--steps", "120", "--dropout", "0")
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert {"step", "train_loss", "lr", "tokens_per_s", "elapsed_s"} <= set(records[0])
+    assert any("val_loss" in r for r in records)
+    assert records[-1]["train_loss"] < 0.5 * math.log(32)  # chance is ln 32 = 3.47 nats; the floor is ~0.65
+    assert (tmp_path / "metrics.csv").read_text().startswith("step,")
+    assert (tmp_path / "final" / "model.safetensors").exists()
+
+
+def test_sigkill_then_resume_is_bit_identical(tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    assert _run("--out", str(straight)).returncode == 0
+    died = _run("--out", str(killed), "--kill-at", "10")
+    assert died.returncode == -9  # really killed, mid-run
+    assert not (killed / "final").exists() or json.loads((killed / "checkpoint" / "state.json").read_text())["step"] == 10
+    resumed = _run("--out", str(killed), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = _weights(straight), _weights(killed)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert _losses(straight) == _losses(killed)  # the log has no duplicated or missing steps
+
+
+def test_ddp_two_processes_match_one_process(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert _run("--out", str(one), "--dropout", "0", "--steps", "10").returncode == 0
+    result = _run("--out", str(two), "--dropout", "0", "--steps", "10", torchrun=2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _losses(one) == pytest.approx(_losses(two), rel=1e-5)
+    a, b = _weights(one), _weights(two)
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_gradient_accumulation_matches_the_full_batch(tmp_path):
+    full, accum = tmp_path / "full", tmp_path / "accum"
+    assert _run("--out", str(full), "--dropout", "0", "--steps", "6").returncode == 0
+    assert _run("--out", str(accum), "--dropout", "0", "--steps", "6", "--accum", "4").returncode == 0
+    assert _losses(full) == pytest.approx(_losses(accum), rel=1e-5)
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    result = _run("--out", str(tmp_path / "nothing"), "--resume")
+    assert result.returncode != 0 and "no checkpoint" in result.stderr
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    from tformer.config import ModelConfig
+    from tformer.model import build
+    from tformer.train.checkpoint import load_checkpoint
+
+    assert _run("--out", str(tmp_path), "--steps", "5").returncode == 0
+    (tmp_path / "checkpoint" / "model.safetensors").write_bytes(b"\x00garbage")
+    model = build(ModelConfig(n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=32, max_positions=16,
+                              dropout=0.1))
+    with pytest.raises(TformerError, match="corrupt or incomplete"):
+        load_checkpoint(tmp_path / "checkpoint", model)
+    other = build(ModelConfig(n_layers=3, d_model=32, n_heads=4, d_ff=64, vocab_size=32, max_positions=16))
+    with pytest.raises(TformerError, match="different model"):
+        load_checkpoint(tmp_path / "checkpoint", other)
+
+
+def test_schedules_match_the_papers():
+    # Vaswani et al. 2017, eq. 3, with d_model 512 and 4000 warmup steps.
+    assert noam(1, 512, 4000) == pytest.approx(512**-0.5 * 4000**-1.5)
+    assert noam(4000, 512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert noam(16000, 512, 4000) == pytest.approx(noam(4000, 512, 4000) / 2)
+    assert warmup_cosine(50, 1e-3, 100, 1000) == pytest.approx(5e-4)
+    assert warmup_cosine(550, 1e-3, 100, 1000, 1e-4) == pytest.approx(5.5e-4)
+    assert warmup_cosine(1000, 1e-3, 100, 1000, 1e-4) == pytest.approx(1e-4)

@@ -1,0 +1,1 @@
+"""Training: optimizers and schedules, checkpoints, the loop, and scale-out with torchrun."""

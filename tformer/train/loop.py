@@ -1,0 +1,272 @@
+"""The training loop: one optimizer step = gradient accumulation over micro-batches, clip, step.
+
+The loop is the same for one process and for many (torchrun): every rank draws the same global
+micro-batch from an identically seeded sampler and keeps its own slice of rows, so N processes
+see exactly the data one process would, and their loss curves agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import math
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from tformer.errors import TformerError
+from tformer.io.atomic import existing_dir
+from tformer.train import distributed as dist_util
+from tformer.train.checkpoint import load_checkpoint, save_checkpoint, save_weights
+from tformer.train.metrics import MetricsLog
+from tformer.train.optim import make_optimizer
+from tformer.train.schedule import make_schedule
+
+
+@dataclass
+class TrainArgs:
+    out: str = "runs/default"
+    max_steps: int = 1000
+    time_budget: float | None = None  # seconds of wall time, across resumes
+    batch_size: int = 32  # sequences per optimizer step, summed over ranks and micro-batches
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr: float | None = None  # default lr / 10
+    warmup: int = 100
+    schedule: str = "cosine"
+    optimizer: str = "adamw"
+    weight_decay: float = 0.1
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    label_smoothing: float = 0.0
+    eval_interval: int = 250
+    eval_batches: int = 20
+    log_interval: int = 10
+    ckpt_interval: int = 250
+    sample_interval: int = 0
+    seed: int = 1337
+    device: str = "cpu"
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 adds a GradScaler)
+    compile: bool = False
+    activation_checkpointing: bool = False
+
+    def validate(self) -> None:
+        for name in ("max_steps", "batch_size", "grad_accum", "eval_batches", "log_interval"):
+            if getattr(self, name) < 1:
+                raise TformerError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise TformerError(f"--lr must be positive, got {self.lr}")
+        if self.precision not in ("fp32", "bf16", "fp16"):
+            raise TformerError(f"--precision must be fp32, bf16 or fp16, got {self.precision}")
+        if self.time_budget is not None and self.time_budget <= 0:
+            raise TformerError("--time-budget must be a positive number of seconds")
+
+
+class Trainer:
+    """Trains ``model`` on batches from ``source`` (see tformer.train.sources for the protocol)."""
+
+    def __init__(self, model, source, args: TrainArgs, flops_per_step: float | None = None,
+                 peak_flops: float | None = None, sampler: Callable | None = None, log: Callable = print):
+        args.validate()
+        self.args, self.source, self.log = args, source, log
+        self.world = dist_util.world()
+        if args.batch_size % (args.grad_accum * self.world.size):
+            raise TformerError(
+                f"--batch-size {args.batch_size} must be divisible by grad_accum x processes "
+                f"= {args.grad_accum} x {self.world.size}"
+            )
+        self.micro_rows = args.batch_size // args.grad_accum  # rows of one global micro-batch
+        self.device = torch.device(args.device)
+        self.model = model.to(self.device)
+        self.precision = _resolve_precision(args.precision, self.device, log)
+        if args.activation_checkpointing:
+            enable_activation_checkpointing(self.model)
+        self.optimizer = make_optimizer(model, args.optimizer, args.lr, args.weight_decay, betas=(0.9, args.beta2))
+        min_lr = args.min_lr if args.min_lr is not None else args.lr / 10
+        self.lr_at = make_schedule(args.schedule, args.lr, args.warmup, args.max_steps, model.config.d_model, min_lr)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == torch.float16 else None
+        self.train_model = dist_util.wrap_ddp(self.model, self.device) if self.world.size > 1 else self.model
+        if args.compile:
+            self.train_model = torch.compile(self.train_model)
+        self.flops_per_step, self.peak_flops, self.sampler = flops_per_step, peak_flops, sampler
+        self.out = Path(args.out)
+        self.step, self.elapsed, self.best_val = 0, 0.0, math.inf
+
+    # -- one step ------------------------------------------------------------------------
+    def _loss(self, model, batch) -> tuple[torch.Tensor, int]:
+        inputs = {k: v.to(self.device) for k, v in batch.inputs.items()}
+        targets = batch.targets.to(self.device)
+        with torch.autocast(self.device.type, dtype=self.precision, enabled=self.precision != torch.float32):
+            logits = model(**inputs).logits
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                               ignore_index=-100, label_smoothing=self.args.label_smoothing)
+        return loss, int((targets != -100).sum())
+
+    def train_step(self) -> float:
+        self.train_model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.step + 1)
+        total_loss = torch.zeros((), device=self.device)
+        for micro in range(self.args.grad_accum):
+            batch = self.source.next_batch(self.micro_rows).shard(self.world.rank, self.world.size)
+            last = micro == self.args.grad_accum - 1
+            sync = contextlib.nullcontext() if last or self.world.size == 1 else self.train_model.no_sync()
+            with sync:
+                loss, _ = self._loss(self.train_model, batch)
+                scaled = loss / self.args.grad_accum
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            total_loss += loss.detach() / self.args.grad_accum
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if self.args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.grad_clip)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return dist_util.mean(total_loss).item()
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        self.model.eval()
+        total, count = 0.0, 0
+        for batch in self.source.eval_batches(self.args.eval_batches, self.micro_rows):
+            batch = batch.shard(self.world.rank, self.world.size)
+            loss, n = self._loss(self.model, batch)
+            total += loss.item() * n
+            count += n
+        total, count = dist_util.sum_pair(total, count, self.device)
+        return total / max(count, 1)
+
+    # -- the run ---------------------------------------------------------------------------
+    def resume(self) -> None:
+        found = existing_dir(self.out / "checkpoint")
+        if found is None:
+            raise TformerError(f"--resume: no checkpoint in {self.out}; run once without --resume first")
+        state, data = load_checkpoint(found, self.model, self.optimizer)
+        self.step, self.elapsed = int(state["step"]), float(state["elapsed_s"])
+        self.best_val = float(state.get("best_val_loss", math.inf))
+        self.source.load_state_dict(data)
+        if self.world.rank == 0:
+            MetricsLog(self.out).truncate_after(self.step)
+        self.log(f"resumed from step {self.step} ({self.elapsed:.1f} s trained so far)")
+
+    def save(self) -> None:
+        if self.world.rank != 0:
+            return
+        state = {"step": self.step, "elapsed_s": self.elapsed, "best_val_loss": self.best_val,
+                 "train_args": asdict(self.args)}
+        save_checkpoint(self.out / "checkpoint", self.model, self.optimizer, state, self.source.state_dict())
+
+    def run(self) -> dict:
+        args, rank0 = self.args, self.world.rank == 0
+        metrics = MetricsLog(self.out) if rank0 else None
+        start = time.perf_counter() - self.elapsed
+        window_start, window_tokens = time.perf_counter(), 0
+        tokens_per_step = self.source.tokens_per_row * args.batch_size
+        last = {}
+        while self.step < args.max_steps:
+            loss = self.train_step()
+            if not math.isfinite(loss):
+                raise TformerError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup")
+            window_tokens += tokens_per_step
+            self.elapsed = time.perf_counter() - start
+            out_of_time = args.time_budget is not None and self.elapsed >= args.time_budget
+            done = self.step >= args.max_steps or out_of_time
+            record = None
+            if self.step % args.log_interval == 0 or done:
+                now = time.perf_counter()
+                tps = window_tokens / max(now - window_start, 1e-9)
+                window_start, window_tokens = now, 0
+                record = {"step": self.step, "train_loss": loss, "lr": self.lr_at(self.step),
+                          "tokens_per_s": tps, "elapsed_s": self.elapsed}
+                if self.flops_per_step and self.peak_flops:
+                    record["mfu"] = self.flops_per_step / tokens_per_step * tps / self.peak_flops
+            if self.step % args.eval_interval == 0 or done:
+                val = self.evaluate()
+                self.best_val = min(self.best_val, val)
+                record = record or {"step": self.step, "train_loss": loss, "lr": self.lr_at(self.step),
+                                    "elapsed_s": self.elapsed}
+                record["val_loss"] = val
+                record["val_ppl"] = math.exp(min(val, 50))
+            if record is not None and rank0:
+                metrics.write(record)
+                self.log(_format(record, args.max_steps, args.time_budget))
+                last = record
+            if self.sampler and args.sample_interval and self.step % args.sample_interval == 0 and rank0:
+                self.log("sample: " + self.sampler(self.model))
+            if self.step % args.ckpt_interval == 0 or done:
+                self.save()
+                if rank0:
+                    save_weights(self.model, self.out / "final")
+            if out_of_time:
+                self.log(f"time budget of {args.time_budget:.0f} s reached at step {self.step}")
+                break
+        return {**last, "step": self.step, "best_val_loss": self.best_val}
+
+
+def _format(record: dict, max_steps: int, budget: float | None) -> str:
+    parts = [f"step {record['step']:>6}/{max_steps}", f"loss {record['train_loss']:.4f}"]
+    if "val_loss" in record:
+        parts.append(f"val {record['val_loss']:.4f} (ppl {record['val_ppl']:.2f})")
+    if "tokens_per_s" in record:
+        parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
+    if "mfu" in record:
+        parts.append(f"MFU {100 * record['mfu']:.1f}%")
+    parts.append(f"lr {record['lr']:.2e}")
+    elapsed = record["elapsed_s"]
+    eta = (max_steps - record["step"]) * elapsed / max(record["step"], 1)
+    if budget is not None:
+        eta = min(eta, max(budget - elapsed, 0))
+    parts.append(f"{elapsed:.0f}s elapsed, ETA {eta:.0f}s")
+    return " | ".join(parts)
+
+
+def _resolve_precision(name: str, device: torch.device, log) -> torch.dtype:
+    if name == "fp32":
+        return torch.float32
+    if name == "bf16" and device.type == "cpu" and not _cpu_has_native_bf16():
+        log("warning: this CPU has no native bf16 (matmuls would be ~100x slower); training in fp32")
+        return torch.float32
+    if name == "fp16" and device.type == "cpu":
+        log("warning: fp16 autocast is not useful on CPU; training in fp32")
+        return torch.float32
+    return torch.bfloat16 if name == "bf16" else torch.float16
+
+
+def _cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def enable_activation_checkpointing(model) -> None:
+    """Recompute each block's activations in the backward pass instead of storing them.
+
+    Wraps the blocks from outside (their forward is replaced on the instance), so the model's
+    code and parameter names are unchanged.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    from tformer.model.blocks import Block
+
+    for module in model.modules():
+        if isinstance(module, Block):
+            inner = module.forward
+
+            def forward(*a, _inner=inner, **kw):
+                return checkpoint(_inner, *a, use_reentrant=False, **kw)
+
+            module.forward = forward
+
+

@@ -1,0 +1,127 @@
+"""Batch sources: where the training loop's batches come from, one per objective.
+
+Protocol: ``next_batch(rows) -> Batch``, ``eval_batches(n, rows)`` (the same batches every time,
+so validation losses are comparable across a run), ``tokens_per_row`` (for tokens/s), and
+``state_dict()/load_state_dict()`` holding the sampler's RNG state, which makes resume exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tformer.errors import TformerError
+
+EVAL_SEED = 1234567  # fixed: every evaluation sees the same validation batches
+
+
+@dataclass
+class Batch:
+    inputs: dict[str, torch.Tensor]  # keyword arguments of the model's forward
+    targets: torch.Tensor  # (B, T) token ids; -100 = not scored
+
+    def shard(self, rank: int, world: int) -> "Batch":
+        """This rank's rows of a global batch (rows are split evenly, in order)."""
+        if world == 1:
+            return self
+        rows = self.targets.shape[0] // world
+        part = slice(rank * rows, (rank + 1) * rows)
+        return Batch({k: v[part] for k, v in self.inputs.items()}, self.targets[part])
+
+
+class _Sampled:
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if "generator" not in state:
+            raise TformerError("checkpoint has no data-sampler state; it was not written by `tformer train`")
+        self.generator.set_state(state["generator"])
+
+
+class CausalLMSource(_Sampled):
+    """Random windows of a token stream: x = tokens[s : s+T], targets = tokens[s+1 : s+T+1]."""
+
+    def __init__(self, train_ids, val_ids, seq_len: int, seed: int):
+        super().__init__(seed)
+        self.train, self.val, self.seq_len = train_ids, val_ids, seq_len
+        for name, ids in (("training", train_ids), ("validation", val_ids)):
+            if len(ids) < seq_len + 2:
+                raise TformerError(
+                    f"the {name} split has {len(ids)} tokens, fewer than --seq-len {seq_len} + 2; "
+                    "use a larger corpus or a shorter --seq-len"
+                )
+        self.tokens_per_row = seq_len
+
+    def _windows(self, ids, rows: int, generator: torch.Generator) -> Batch:
+        starts = torch.randint(0, len(ids) - self.seq_len - 1, (rows,), generator=generator).numpy()
+        window = np.asarray(ids[starts[:, None] + np.arange(self.seq_len + 1)], dtype=np.int64)
+        window = torch.from_numpy(window)
+        return Batch({"input_ids": window[:, :-1]}, window[:, 1:])
+
+    def next_batch(self, rows: int) -> Batch:
+        return self._windows(self.train, rows, self.generator)
+
+    def eval_batches(self, n: int, rows: int):
+        generator = torch.Generator().manual_seed(EVAL_SEED)
+        for _ in range(n):
+            yield self._windows(self.val, rows, generator)
+
+
+class MaskedLMSource(CausalLMSource):
+    """Windows of a token stream with BERT-style corruption; targets only at the chosen positions."""
+
+    def __init__(self, train_ids, val_ids, seq_len: int, seed: int, mask_fn):
+        super().__init__(train_ids, val_ids, seq_len, seed)
+        self.mask_fn = mask_fn  # (ids, generator) -> (corrupted ids, targets with -100 elsewhere)
+
+    def _windows(self, ids, rows, generator):
+        plain = super()._windows(ids, rows, generator).inputs["input_ids"]
+        corrupted, targets = self.mask_fn(plain, generator)
+        return Batch({"input_ids": corrupted}, targets)
+
+
+class Seq2SeqSource(_Sampled):
+    """Sentence pairs, padded per batch. The decoder reads [start, y1 .. y_{n-1}] and predicts [y1 .. yn]."""
+
+    def __init__(self, train_pairs, val_pairs, pad_id: int, start_id: int, seed: int, max_len: int):
+        super().__init__(seed)
+        if not train_pairs or not val_pairs:
+            raise TformerError("the translation data has no sentence pairs; check the corpus")
+        self.train, self.val = train_pairs, val_pairs
+        self.pad_id, self.start_id, self.max_len = pad_id, start_id, max_len
+        self.tokens_per_row = int(np.mean([len(t) for _, t in train_pairs[:1000]])) + 1
+
+    def _collate(self, pairs) -> Batch:
+        src_len = min(self.max_len, max(len(s) for s, _ in pairs))
+        tgt_len = min(self.max_len, max(len(t) for _, t in pairs))
+        rows = len(pairs)
+        src = torch.full((rows, src_len), self.pad_id, dtype=torch.long)
+        src_mask = torch.zeros((rows, src_len), dtype=torch.long)
+        dec_in = torch.full((rows, tgt_len), self.pad_id, dtype=torch.long)
+        targets = torch.full((rows, tgt_len), -100, dtype=torch.long)
+        for i, (s, t) in enumerate(pairs):
+            s, t = s[:src_len], t[:tgt_len]
+            src[i, : len(s)] = torch.tensor(s)
+            src_mask[i, : len(s)] = 1
+            targets[i, : len(t)] = torch.tensor(t)
+            dec_in[i, 0] = self.start_id
+            dec_in[i, 1 : len(t)] = torch.tensor(t[:-1])
+        dec_mask = (targets != -100).long()
+        inputs = {"input_ids": src, "attention_mask": src_mask, "decoder_input_ids": dec_in,
+                  "decoder_attention_mask": dec_mask}
+        return Batch(inputs, targets)
+
+    def next_batch(self, rows: int) -> Batch:
+        idx = torch.randint(0, len(self.train), (rows,), generator=self.generator).tolist()
+        return self._collate([self.train[i] for i in idx])
+
+    def eval_batches(self, n: int, rows: int):
+        for k in range(n):
+            chunk = [self.val[(k * rows + i) % len(self.val)] for i in range(rows)]
+            yield self._collate(chunk)
