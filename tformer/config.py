@@ -173,8 +173,10 @@ class ModelConfig:
             raise TformerError("pooler only applies to arch='encoder'")
         if self.arch != "encoder" and not self.lm_head:
             raise TformerError(f"a {self.arch} model needs its LM head; lm_head=false is only for encoders")
-        if self.relative_attention_num_buckets <= 1 and self.position == "relative":
-            raise TformerError("relative_attention_num_buckets must be at least 2")
+        # A bidirectional stack halves the buckets, then keeps half of those for exact offsets:
+        # fewer than 4 leaves no exact bucket and the log-spaced formula divides by zero.
+        if self.relative_attention_num_buckets < 4 and self.position == "relative":
+            raise TformerError("relative_attention_num_buckets must be at least 4")
 
     # Conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

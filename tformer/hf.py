@@ -1,0 +1,483 @@
+"""Load and save Hugging Face-format checkpoints (GPT-2, LLaMA/Mistral, BERT, BART, T5).
+
+One table per family pairs each checkpoint tensor with the module(s) it fills in our model and
+says how it is transformed on the way (copied, transposed from GPT-2's Conv1D, or split from
+GPT-2's fused q/k/v projection). Loading and saving both read the same table, so they cannot
+disagree. Every tensor must be accounted for: a missing, unexpected or misshapen one stops the
+load with its name, because a half-loaded model would quietly produce wrong numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tformer.errors import TformerError
+from tformer.hf_config import config_from_hf, config_to_hf, hf_family
+
+# Buffers some checkpoints carry that our model rebuilds on its own (masks, RoPE frequencies,
+# position-id ranges) and heads we do not model that HF itself drops when loading these classes.
+_IGNORABLE = [
+    re.compile(p)
+    for p in (
+        r"(^|\.)attn\.(bias|masked_bias)$",  # GPT-2 causal mask buffers
+        r"(^|\.)crossattention\.bias$",
+        r"(^|\.)rotary_emb\.(inv_freq|original_inv_freq)$",  # LLaMA
+        r"(^|\.)embeddings\.(position_ids|token_type_ids)$",  # BERT
+        r"^cls\.seq_relationship\.",  # BERT's next-sentence head (BertForPreTraining)
+        r"(^|\.)(encoder|decoder)\.version$",  # fairseq leftovers in BART files
+        r"^decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight$",  # unused in T5
+    )
+]
+
+
+@dataclass
+class Rule:
+    """Checkpoint tensor ``hf`` fills our tensors ``ours``.
+
+    kind: "copy"; "t" (GPT-2 Conv1D stores weights as (in, out)); "cat" / "cat_t" (one fused
+    tensor holding ours side by side along its last dimension, transposed for weights).
+    """
+
+    hf: str
+    ours: tuple[str, ...]
+    kind: str = "copy"
+    optional: bool = False  # absent in the checkpoint: keep our default (BART's zero logits bias)
+
+
+@dataclass
+class Alias:
+    """A second name for a tied tensor (older files store each copy). Used only if ``main`` is absent."""
+
+    hf: str
+    main: str
+
+
+def _linear(hf: str, ours: str, bias: bool) -> list[Rule]:
+    rules = [Rule(f"{hf}.weight", (f"{ours}.weight",))]
+    if bias:
+        rules.append(Rule(f"{hf}.bias", (f"{ours}.bias",)))
+    return rules
+
+
+def _norm(hf: str, ours: str, config) -> list[Rule]:
+    return _linear(hf, ours, config.norm == "layernorm")
+
+
+# Family tables ------------------------------------------------------------------------
+def _gpt2_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+    rules = [Rule(f"{p}wte.weight", ("tok_embed.weight",)), Rule(f"{p}wpe.weight", ("decoder.positions.weight",))]
+    for i in range(c.n_layers):
+        h, o = f"{p}h.{i}", f"decoder.layers.{i}"
+        qkv = tuple(f"{o}.attn.{x}_proj" for x in "qkv")
+        rules += _norm(f"{h}.ln_1", f"{o}.attn_norm", c)
+        rules += [
+            Rule(f"{h}.attn.c_attn.weight", tuple(f"{n}.weight" for n in qkv), "cat_t"),
+            Rule(f"{h}.attn.c_attn.bias", tuple(f"{n}.bias" for n in qkv), "cat"),
+            Rule(f"{h}.attn.c_proj.weight", (f"{o}.attn.o_proj.weight",), "t"),
+            Rule(f"{h}.attn.c_proj.bias", (f"{o}.attn.o_proj.bias",)),
+            Rule(f"{h}.mlp.c_fc.weight", (f"{o}.mlp.up.weight",), "t"),
+            Rule(f"{h}.mlp.c_fc.bias", (f"{o}.mlp.up.bias",)),
+            Rule(f"{h}.mlp.c_proj.weight", (f"{o}.mlp.down.weight",), "t"),
+            Rule(f"{h}.mlp.c_proj.bias", (f"{o}.mlp.down.bias",)),
+        ]
+        rules += _norm(f"{h}.ln_2", f"{o}.mlp_norm", c)
+    rules += _norm(f"{p}ln_f", "decoder.final_norm", c)
+    return _with_head(rules, c, "lm_head.weight", f"{p}wte.weight")
+
+
+def _llama_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+    rules = [Rule(f"{p}embed_tokens.weight", ("tok_embed.weight",))]
+    for i in range(c.n_layers):
+        h, o = f"{p}layers.{i}", f"decoder.layers.{i}"
+        rules += _norm(f"{h}.input_layernorm", f"{o}.attn_norm", c)
+        for x in "qkvo":
+            rules += _linear(f"{h}.self_attn.{x}_proj", f"{o}.attn.{x}_proj", c.bias)
+        rules += _norm(f"{h}.post_attention_layernorm", f"{o}.mlp_norm", c)
+        for x in ("gate", "up", "down"):
+            rules += _linear(f"{h}.mlp.{x}_proj", f"{o}.mlp.{x}", c.bias)
+    rules += _norm(f"{p}norm", "decoder.final_norm", c)
+    return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
+
+
+def _bert_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+    e = f"{p}embeddings"
+    rules = [
+        Rule(f"{e}.word_embeddings.weight", ("tok_embed.weight",)),
+        Rule(f"{e}.position_embeddings.weight", ("encoder.positions.weight",)),
+    ]
+    if c.type_vocab_size:
+        rules.append(Rule(f"{e}.token_type_embeddings.weight", ("type_embed.weight",)))
+    rules += _norm(f"{e}.LayerNorm", "encoder.embed_norm", c)
+    for i in range(c.n_layers):
+        h, o = f"{p}encoder.layer.{i}", f"encoder.layers.{i}"
+        for hf_name, x in (("query", "q"), ("key", "k"), ("value", "v")):
+            rules += _linear(f"{h}.attention.self.{hf_name}", f"{o}.attn.{x}_proj", True)
+        rules += _linear(f"{h}.attention.output.dense", f"{o}.attn.o_proj", True)
+        rules += _norm(f"{h}.attention.output.LayerNorm", f"{o}.attn_norm", c)
+        rules += _linear(f"{h}.intermediate.dense", f"{o}.mlp.up", True)
+        rules += _linear(f"{h}.output.dense", f"{o}.mlp.down", True)
+        rules += _norm(f"{h}.output.LayerNorm", f"{o}.mlp_norm", c)
+    if c.pooler:
+        rules += _linear(f"{p}pooler.dense", "pooler.dense", True)
+    aliases = []
+    if c.lm_head:
+        rules += _linear("cls.predictions.transform.dense", "mlm_head.dense", True)
+        rules += _norm("cls.predictions.transform.LayerNorm", "mlm_head.norm", c)
+        rules.append(Rule("cls.predictions.bias", ("mlm_head.decoder.bias",)))
+        aliases.append(Alias("cls.predictions.decoder.bias", "cls.predictions.bias"))
+        rules, head_aliases = _with_head(rules, c, "cls.predictions.decoder.weight", f"{e}.word_embeddings.weight",
+                                         ours="mlm_head.decoder.weight")
+        aliases += head_aliases
+    return rules, aliases
+
+
+def _attention(h: str, o: str, names: tuple[str, str, str, str], bias: bool) -> list[Rule]:
+    rules = []
+    for hf_name, x in zip(names, "qkvo"):
+        rules += _linear(f"{h}.{hf_name}", f"{o}.{x}_proj", bias)
+    return rules
+
+
+def _bart_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+    rules = [Rule(f"{p}shared.weight", ("tok_embed.weight",))]
+    aliases = [Alias(f"{p}{s}.embed_tokens.weight", f"{p}shared.weight") for s in ("encoder", "decoder")]
+    names = ("q_proj", "k_proj", "v_proj", "out_proj")
+    for s, n in (("encoder", c.n_layers), ("decoder", c.decoder_layers)):
+        rules.append(Rule(f"{p}{s}.embed_positions.weight", (f"{s}.positions.weight",)))
+        rules += _norm(f"{p}{s}.layernorm_embedding", f"{s}.embed_norm", c)
+        for i in range(n):
+            h, o = f"{p}{s}.layers.{i}", f"{s}.layers.{i}"
+            rules += _attention(f"{h}.self_attn", f"{o}.attn", names, c.bias)
+            rules += _norm(f"{h}.self_attn_layer_norm", f"{o}.attn_norm", c)
+            if s == "decoder":
+                rules += _attention(f"{h}.encoder_attn", f"{o}.cross_attn", names, c.bias)
+                rules += _norm(f"{h}.encoder_attn_layer_norm", f"{o}.cross_attn_norm", c)
+            rules += _linear(f"{h}.fc1", f"{o}.mlp.up", c.bias)
+            rules += _linear(f"{h}.fc2", f"{o}.mlp.down", c.bias)
+            rules += _norm(f"{h}.final_layer_norm", f"{o}.mlp_norm", c)
+    rules.append(Rule("final_logits_bias", ("final_logits_bias",), optional=True))
+    rules, head_aliases = _with_head(rules, c, "lm_head.weight", f"{p}shared.weight")
+    return rules, aliases + head_aliases
+
+
+def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+    rules = [Rule(f"{p}shared.weight", ("tok_embed.weight",))]
+    aliases = [Alias(f"{p}{s}.embed_tokens.weight", f"{p}shared.weight") for s in ("encoder", "decoder")]
+    ff = ("wi_1", "wi_0", "wo") if c.gated_mlp else ("wi", None, "wo")
+    for s, n in (("encoder", c.n_layers), ("decoder", c.decoder_layers)):
+        rules.append(Rule(f"{p}{s}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                          (f"{s}.score_bias.weight",)))
+        for i in range(n):
+            h, o = f"{p}{s}.block.{i}.layer", f"{s}.layers.{i}"
+            rules += _attention(f"{h}.0.SelfAttention", f"{o}.attn", ("q", "k", "v", "o"), c.bias)
+            rules += _norm(f"{h}.0.layer_norm", f"{o}.attn_norm", c)
+            j = 1
+            if s == "decoder":
+                rules += _attention(f"{h}.1.EncDecAttention", f"{o}.cross_attn", ("q", "k", "v", "o"), c.bias)
+                rules += _norm(f"{h}.1.layer_norm", f"{o}.cross_attn_norm", c)
+                j = 2
+            for hf_name, x in zip(ff, ("up", "gate", "down")):
+                if hf_name:
+                    rules += _linear(f"{h}.{j}.DenseReluDense.{hf_name}", f"{o}.mlp.{x}", c.bias)
+            rules += _norm(f"{h}.{j}.layer_norm", f"{o}.mlp_norm", c)
+        rules += _norm(f"{p}{s}.final_layer_norm", f"{s}.final_norm", c)
+    rules, head_aliases = _with_head(rules, c, "lm_head.weight", f"{p}shared.weight")
+    return rules, aliases + head_aliases
+
+
+def _with_head(rules, c, head: str, embedding: str, ours: str = "lm_head.weight"):
+    """A tied head is the embedding (stored once, as HF does); an untied one is its own tensor."""
+    if c.tied_embeddings:
+        return rules, [Alias(head, embedding)]
+    return rules + [Rule(head, (ours,))], []
+
+
+FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, "bert": _bert_rules,
+            "bart": _bart_rules, "t5": _t5_rules}
+# The outer prefix HF's task classes put around the body (GPT2LMHeadModel -> "transformer.", ...);
+# bare base-model files (GPT2Model, BertModel, BartModel) have none.
+BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "bert": "bert.", "bart": "model.",
+               "t5": ""}
+# The embedding the head is tied to, named without prefix: used to spot an untied head in a file.
+_EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.weight", "lm_head.weight"),
+              "mistral": ("embed_tokens.weight", "lm_head.weight"),
+              "bert": ("embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"),
+              "bart": ("shared.weight", "lm_head.weight"), "t5": ("shared.weight", "lm_head.weight")}
+
+
+# Reading files ------------------------------------------------------------------------
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TformerError(f"cannot read {path} ({exc}); the checkpoint directory is damaged") from None
+    if not isinstance(data, dict):
+        raise TformerError(f"{path} must hold a JSON object; the checkpoint directory is damaged")
+    return data
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as exc:  # safetensors raises its own error types (and OSError) for damaged files
+        raise TformerError(f"cannot read {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+                           "the file is corrupt or truncated, download or save it again") from None
+
+
+def _read_bin(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        data = torch.load(str(path), map_location="cpu", weights_only=True)  # never unpickle arbitrary code
+    except Exception as exc:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+        if "Weights only load failed" in text:
+            reason = ("it is corrupt, or holds Python objects besides tensors "
+                      "(read with weights_only=True, never unpickled freely)")
+        else:
+            reason = text.splitlines()[0] if text else type(exc).__name__
+        raise TformerError(f"cannot read {path}: {reason}; re-save it with torch.save(model.state_dict()) "
+                           "or use model.safetensors") from None
+    if not isinstance(data, dict) or not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise TformerError(f"{path} does not hold a state dict of tensors; save it with torch.save(model.state_dict())")
+    return dict(data)
+
+
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint directory: single-file or sharded, safetensors preferred."""
+    single = [("model.safetensors", _read_safetensors), ("pytorch_model.bin", _read_bin)]
+    sharded = [("model.safetensors.index.json", _read_safetensors), ("pytorch_model.bin.index.json", _read_bin)]
+    for name, reader in single[:1] + sharded[:1] + single[1:] + sharded[1:]:
+        path = directory / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return reader(path)
+        weight_map = _read_json(path).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise TformerError(f"{path} has no weight_map; the sharded checkpoint index is damaged")
+        tensors: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            if not (directory / shard).is_file():
+                raise TformerError(f"shard {shard} listed in {path.name} is missing from {directory}")
+            tensors.update(reader(directory / shard))
+        return tensors
+    raise TformerError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
+
+
+def _normalise_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    # TF-converted BERT files name LayerNorm parameters gamma/beta.
+    out = {}
+    for k, v in sd.items():
+        if ".LayerNorm." in k or k.startswith("LayerNorm."):
+            k = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", k))
+        out[k] = v
+    return out
+
+
+def _prefix(model_type: str, keys) -> str:
+    prefix = BODY_PREFIX[model_type]
+    return prefix if prefix and any(k.startswith(prefix) for k in keys) else ""
+
+
+def _refine(config, model_type: str, sd: dict, prefix: str):
+    """What config.json cannot say but the tensors do: BERT's heads, an untied output layer."""
+    changes = {}
+    if model_type == "bert":
+        changes["lm_head"] = any(k.startswith("cls.predictions.") for k in sd)
+        changes["pooler"] = f"{prefix}pooler.dense.weight" in sd
+    embedding, head = _EMBEDDING[model_type]
+    embedding = prefix + embedding
+    lm_head = changes.get("lm_head", config.lm_head)
+    separate = head in sd and embedding in sd and (
+        sd[head].shape != sd[embedding].shape or not torch.equal(sd[head], sd[embedding]))
+    if config.tied_embeddings and lm_head and separate:
+        changes["tied_embeddings"] = False  # both stored, different values: HF keeps them apart, so must we
+    if model_type == "t5":  # transformers >= 5 ties T5's head whenever the file has no separate one
+        changes["tied_embeddings"] = not separate
+    return config.replace(**changes) if changes else config
+
+
+# Converting ---------------------------------------------------------------------------
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def _names(names: list[str], limit: int = 6) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _hf_shape(rule: Rule, shapes: dict[str, torch.Size]) -> tuple[int, ...]:
+    parts = [tuple(shapes[o]) for o in rule.ours]
+    if rule.kind == "t":
+        return parts[0][::-1]
+    if rule.kind == "cat":
+        return (sum(s[0] for s in parts),)
+    if rule.kind == "cat_t":
+        return (parts[0][1], sum(s[0] for s in parts))
+    return parts[0]
+
+
+def _to_ours(rule: Rule, t: torch.Tensor, shapes) -> list[torch.Tensor]:
+    if rule.kind == "t":
+        return [t.t()]
+    if rule.kind in ("cat", "cat_t"):
+        sizes = [shapes[o][0] for o in rule.ours]
+        pieces = t.split(sizes, dim=-1)
+        return [p.t() for p in pieces] if rule.kind == "cat_t" else list(pieces)
+    return [t]
+
+
+def _to_hf(rule: Rule, tensors: list[torch.Tensor]) -> torch.Tensor:
+    if rule.kind == "t":
+        return tensors[0].t()
+    if rule.kind == "cat":
+        return torch.cat(tensors, dim=-1)
+    if rule.kind == "cat_t":
+        return torch.cat([t.t() for t in tensors], dim=-1)
+    return tensors[0]
+
+
+def convert_from_hf(sd: dict[str, torch.Tensor], config, model_type: str, prefix: str, expected: dict):
+    """Checkpoint tensors -> our state dict. ``expected``: our name -> shape. Raises naming bad keys."""
+    rules, aliases = FAMILIES[model_type](config, prefix)
+    sd = dict(sd)
+    for alias in aliases:
+        if alias.hf in sd and alias.main not in sd:
+            sd[alias.main] = sd.pop(alias.hf)
+        else:
+            sd.pop(alias.hf, None)
+    ours: dict[str, torch.Tensor] = {}
+    missing, wrong = [], []
+    for rule in rules:
+        t = sd.pop(rule.hf, None)
+        if t is None:
+            if not rule.optional:
+                missing.append(rule.hf)
+            continue
+        want = _hf_shape(rule, expected)
+        if tuple(t.shape) != want:
+            wrong.append(f"{rule.hf} has shape {_fmt(t.shape)} where the config needs {_fmt(want)}")
+            continue
+        for name, piece in zip(rule.ours, _to_ours(rule, t, expected)):
+            ours[name] = piece
+    unexpected = sorted(k for k in sd if not any(p.search(k) for p in _IGNORABLE))
+    if wrong:
+        raise TformerError(f"checkpoint tensors do not fit the {model_type} config.json: {_names(wrong, 3)}; "
+                           "config.json and the weights come from different models")
+    problems = []
+    if missing:
+        noun = "tensor" if len(missing) == 1 else "tensors"
+        problems.append(f"checkpoint is missing {len(missing)} {noun} a {model_type} model needs: {_names(missing)}")
+    if unexpected:
+        noun = "tensor" if len(unexpected) == 1 else "tensors"
+        problems.append(f"{'it' if missing else 'checkpoint'} has {len(unexpected)} {noun} a {model_type} model has "
+                        f"no place for: {_names(unexpected)}")
+    if problems:
+        hint = (f"is this a complete {model_type} checkpoint matching its config.json?" if missing else
+                "is config.json (layers, heads, model_type) right for these weights?")
+        raise TformerError("; ".join(problems) + "; " + hint)
+    return ours
+
+
+# Public API ---------------------------------------------------------------------------
+def load_hf(path, device=None, dtype=None):
+    """Our model, built from a local Hugging Face-format directory (config.json + weights).
+
+    Weights come in fp32 unless ``dtype`` says otherwise. The model is returned in eval mode.
+    """
+    from tformer.model import build
+
+    directory = Path(path)
+    if directory.is_file():
+        directory = directory.parent
+    if not directory.is_dir():
+        raise TformerError(f"checkpoint directory {directory} does not exist; pass a local Hugging Face model folder")
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise TformerError(f"{directory} has no config.json; a Hugging Face checkpoint folder needs config.json "
+                           "next to its weights")
+    hf_config = _read_json(config_path)
+    config = config_from_hf(hf_config)
+    model_type = hf_config["model_type"]
+    sd = _normalise_names(read_weights(directory))
+    prefix = _prefix(model_type, sd)
+    config = _refine(config, model_type, sd, prefix).replace(name=directory.name or config.name)
+
+    expected = {k: v.shape for k, v in build(config, device="meta").state_dict().items()}
+    ours = convert_from_hf(sd, config, model_type, prefix, expected)
+    model = build(config, device=device, dtype=dtype, init=False)
+    targets = dict(model.named_parameters(remove_duplicate=False))
+    targets.update(dict(model.named_buffers()))
+    with torch.no_grad():
+        for name, tensor in ours.items():
+            targets[name].copy_(tensor)
+    # A guard on the tables above: every tensor of ours is filled, directly or through a tie.
+    filled = {targets[n].data_ptr() for n in ours}
+    unfilled = [k for k, v in model.state_dict().items()
+                if k not in ours and v.data_ptr() not in filled and k != "final_logits_bias"]
+    if unfilled:
+        raise RuntimeError(f"tformer.hf left {unfilled} unset for {model_type}; this is a bug in the key tables")
+    return model.eval()
+
+
+def _unwrap(model):
+    # DDP wraps as .module, torch.compile as ._orig_mod; the weights live in the inner model.
+    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
+        model = getattr(model, "_orig_mod", None) or model.module
+    return model
+
+
+def save_hf(model, path) -> Path:
+    """Write ``model`` as config.json + model.safetensors that ``transformers`` loads.
+
+    The files are written into a temporary folder and moved into place, so an interrupted save
+    never leaves a half-written checkpoint.
+    """
+    from safetensors.torch import save_file
+
+    model = _unwrap(model)
+    config = model.config
+    hf_config = config_to_hf(config)
+    model_type, _ = hf_family(config)
+    dtype = next(model.parameters()).dtype
+    hf_config["torch_dtype"] = str(dtype).removeprefix("torch.")
+
+    # The canonical task-class layout: GPT2LMHeadModel, BertForMaskedLM ("bert.") or BertModel (bare) ...
+    prefix = BODY_PREFIX[model_type] if not (model_type == "bert" and not config.lm_head) else ""
+    rules, _ = FAMILIES[model_type](config, prefix)
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    if model_type == "bart" and "final_logits_bias" not in state:
+        state["final_logits_bias"] = torch.zeros(1, config.vocab_size, dtype=dtype)
+    # safetensors refuses tensors that share storage, so each gets its own contiguous copy.
+    tensors = {r.hf: _to_hf(r, [state[o] for o in r.ours]).to("cpu").contiguous().clone() for r in rules}
+    if model_type == "bert" and not config.type_vocab_size:  # see config_to_hf: one zero segment row
+        tensors[f"{prefix}embeddings.token_type_embeddings.weight"] = torch.zeros(1, config.d_model, dtype=dtype)
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+        if not target.exists():
+            os.rename(tmp, target)
+        else:
+            if not target.is_dir():
+                raise TformerError(f"{target} exists and is not a folder; choose another path")
+            # Keep whatever else the folder holds (a tokenizer, say); weights first, then the config
+            # that refers to them.
+            for name in ("model.safetensors", "config.json"):
+                os.replace(tmp / name, target / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

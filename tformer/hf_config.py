@@ -1,0 +1,317 @@
+"""Hugging Face ``config.json`` <-> ModelConfig.
+
+Each supported ``model_type`` reads into one ModelConfig; anything in the file that our model
+cannot reproduce exactly raises, so a loaded checkpoint never silently computes something else.
+Writing goes the other way and is checked by reading the result back: a config that no HF family
+can express raises instead of producing a file that loads as a different model.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from tformer.config import ModelConfig
+from tformer.errors import TformerError
+
+SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5")
+
+# HF activation names -> ours. "gelu" in HF is the exact erf form; gelu_new and
+# gelu_pytorch_tanh are both the tanh approximation.
+_ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "silu": "silu",
+    "swish": "silu",
+}
+_ACTIVATION_OUT = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
+
+# Training-only settings: they never change eval outputs, so a value HF cannot hold is warned
+# about rather than refused.
+_DROPOUT_FIELDS = ("dropout", "attention_dropout", "activation_dropout")
+# Fields compared through the size they stand for: None and an explicit default mean the same.
+_EFFECTIVE = {"head_dim": "d_head", "n_kv_heads": "kv_heads", "n_decoder_layers": "decoder_layers"}
+_IGNORED = ("name", "attn_impl") + _DROPOUT_FIELDS
+
+
+def _activation(name: Any, model_type: str) -> str:
+    if name not in _ACTIVATIONS:
+        raise TformerError(
+            f"{model_type} activation '{name}' is not supported; supported: {', '.join(_ACTIVATIONS)}"
+        )
+    return _ACTIVATIONS[name]
+
+
+def _refuse(model_type: str, problem: str) -> None:
+    raise TformerError(f"this {model_type} config sets {problem}, which tformer's model cannot reproduce")
+
+
+def _token_id(d: dict, key: str, default: Any = None) -> int | None:
+    value = d.get(key, default)
+    if isinstance(value, list):  # several stop ids (Llama 3): our config keeps one
+        if not value:
+            return None
+        if len(value) > 1:
+            warnings.warn(f"config {key}={value} lists several ids; tformer keeps the first, {value[0]}", stacklevel=3)
+        value = value[0]
+    return value
+
+
+def _dropouts(model_type: str, **values: float) -> dict[str, float]:
+    """Our three dropout rates from HF's; several HF rates folded into one take the largest."""
+    out = {}
+    for ours, rates in values.items():
+        rates = [float(r) for r in (rates if isinstance(rates, (list, tuple)) else [rates]) if r is not None]
+        if len(set(rates)) > 1:
+            warnings.warn(f"{model_type} dropout rates {rates} share one setting in tformer ({ours}); "
+                          f"using {max(rates)}", stacklevel=3)
+        out[ours] = max(rates) if rates else 0.0
+    return out
+
+
+# Reading ----------------------------------------------------------------------------------
+def config_from_hf(d: dict) -> ModelConfig:
+    """A ModelConfig equivalent to a Hugging Face config.json (as a dict)."""
+    model_type = d.get("model_type")
+    readers = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "bart": _bart, "t5": _t5}
+    if model_type not in readers:
+        raise TformerError(
+            f"Hugging Face model_type '{model_type}' is not supported; supported: {', '.join(SUPPORTED)}"
+        )
+    try:
+        fields = readers[model_type](d)
+    except KeyError as exc:
+        raise TformerError(f"{model_type} config.json lacks the required key {exc}; is the file complete?") from None
+    fields["name"] = d.get("_name_or_path") or f"hf-{model_type}"
+    return ModelConfig.from_dict(fields)
+
+
+def _gpt2(d: dict) -> dict:
+    if d.get("scale_attn_by_inverse_layer_idx"):
+        _refuse("gpt2", "scale_attn_by_inverse_layer_idx=true")
+    if d.get("add_cross_attention"):
+        _refuse("gpt2", "add_cross_attention=true")
+    if d.get("scale_attn_weights") is False:
+        _refuse("gpt2", "scale_attn_weights=false")
+    n_embd = d["n_embd"]
+    return dict(
+        arch="decoder", n_layers=d["n_layer"], d_model=n_embd, n_heads=d["n_head"],
+        d_ff=d.get("n_inner") or 4 * n_embd, vocab_size=d["vocab_size"], max_positions=d["n_positions"],
+        position="learned", norm="layernorm", norm_placement="pre", norm_eps=d.get("layer_norm_epsilon", 1e-5),
+        final_norm=True, activation=_activation(d.get("activation_function", "gelu_new"), "gpt2"),
+        bias=True, tied_embeddings=d.get("tie_word_embeddings", True) is not False,
+        pad_token_id=_token_id(d, "pad_token_id"), bos_token_id=_token_id(d, "bos_token_id"),
+        eos_token_id=_token_id(d, "eos_token_id"),
+        **_dropouts("gpt2", dropout=[d.get("resid_pdrop", 0.1), d.get("embd_pdrop", 0.1)],
+                    attention_dropout=d.get("attn_pdrop", 0.1), activation_dropout=0.0),
+    )
+
+
+def _rope_theta(d: dict) -> float:
+    # transformers >= 5 nests RoPE settings in rope_parameters; older files use rope_theta + rope_scaling.
+    params = d.get("rope_parameters") or {}
+    scaling = d.get("rope_scaling") or {}
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind != "default":
+        _refuse(d["model_type"], f"rope_type='{kind}' (RoPE scaling)")
+    return float(params.get("rope_theta", d.get("rope_theta", 10000.0)))
+
+
+def _llama(d: dict) -> dict:
+    mt = d["model_type"]
+    attn_bias, mlp_bias = bool(d.get("attention_bias", False)), bool(d.get("mlp_bias", False))
+    if attn_bias != mlp_bias:
+        _refuse(mt, f"attention_bias={attn_bias} but mlp_bias={mlp_bias} (tformer has one bias switch)")
+    if d.get("sliding_window") is not None:
+        _refuse(mt, f"sliding_window={d['sliding_window']}")
+    hidden, heads = d["hidden_size"], d["num_attention_heads"]
+    head_dim = d.get("head_dim")
+    return dict(
+        arch="decoder", n_layers=d["num_hidden_layers"], d_model=hidden, n_heads=heads,
+        n_kv_heads=d.get("num_key_value_heads") or heads,
+        head_dim=head_dim if head_dim and head_dim * heads != hidden else None,
+        d_ff=d["intermediate_size"], vocab_size=d["vocab_size"], max_positions=d.get("max_position_embeddings", 2048),
+        position="rope", rope_theta=_rope_theta(d), norm="rmsnorm", norm_placement="pre",
+        norm_eps=d.get("rms_norm_eps", 1e-6), final_norm=True,
+        activation=_activation(d.get("hidden_act", "silu"), mt), gated_mlp=True, bias=attn_bias,
+        tied_embeddings=bool(d.get("tie_word_embeddings", False)),
+        pad_token_id=_token_id(d, "pad_token_id"), bos_token_id=_token_id(d, "bos_token_id"),
+        eos_token_id=_token_id(d, "eos_token_id"),
+        **_dropouts(mt, dropout=0.0, attention_dropout=d.get("attention_dropout", 0.0), activation_dropout=0.0),
+    )
+
+
+def _bert(d: dict) -> dict:
+    if d.get("position_embedding_type", "absolute") != "absolute":
+        _refuse("bert", f"position_embedding_type='{d['position_embedding_type']}'")
+    if d.get("is_decoder") or d.get("add_cross_attention"):
+        _refuse("bert", "is_decoder/add_cross_attention (a BERT decoder)")
+    # Refined from the weights when loading: a BertModel has a pooler, a BertForMaskedLM an MLM head.
+    archs = d.get("architectures") or ["BertModel"]
+    mlm = any(a in ("BertForMaskedLM", "BertForPreTraining") for a in archs)
+    return dict(
+        arch="encoder", n_layers=d["num_hidden_layers"], d_model=d["hidden_size"], n_heads=d["num_attention_heads"],
+        d_ff=d["intermediate_size"], vocab_size=d["vocab_size"], max_positions=d.get("max_position_embeddings", 512),
+        position="learned", norm="layernorm", norm_placement="post", norm_eps=d.get("layer_norm_eps", 1e-12),
+        final_norm=False, embedding_norm=True, activation=_activation(d.get("hidden_act", "gelu"), "bert"),
+        bias=True, type_vocab_size=d.get("type_vocab_size", 2), pooler=not mlm or "BertForPreTraining" in archs,
+        lm_head=mlm, tied_embeddings=d.get("tie_word_embeddings", True) is not False,
+        pad_token_id=_token_id(d, "pad_token_id", 0), bos_token_id=_token_id(d, "bos_token_id"),
+        eos_token_id=_token_id(d, "eos_token_id"),
+        **_dropouts("bert", dropout=d.get("hidden_dropout_prob", 0.1),
+                    attention_dropout=d.get("attention_probs_dropout_prob", 0.1), activation_dropout=0.0),
+    )
+
+
+def _bart(d: dict) -> dict:
+    for key in ("normalize_before", "add_final_layer_norm", "add_bias_logits", "static_position_embeddings"):
+        if d.get(key):
+            _refuse("bart", f"{key}=true")
+    if d.get("normalize_embedding") is False:
+        _refuse("bart", "normalize_embedding=false")
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if d[a] != d[b]:
+            _refuse("bart", f"{a}={d[a]} but {b}={d[b]} (tformer uses one value for both stacks)")
+    return dict(
+        arch="encoder-decoder", n_layers=d["encoder_layers"], n_decoder_layers=d["decoder_layers"],
+        d_model=d["d_model"], n_heads=d["encoder_attention_heads"], d_ff=d["encoder_ffn_dim"],
+        vocab_size=d["vocab_size"], max_positions=d["max_position_embeddings"], position="learned",
+        position_offset=2, norm="layernorm", norm_placement="post", norm_eps=1e-5,  # BART's LayerNorm default
+        final_norm=False, embedding_norm=True, activation=_activation(d.get("activation_function", "gelu"), "bart"),
+        bias=True, tied_embeddings=d.get("tie_word_embeddings", True) is not False,
+        scale_embeddings=bool(d.get("scale_embedding", False)), final_logits_bias=True,
+        pad_token_id=_token_id(d, "pad_token_id", 1), bos_token_id=_token_id(d, "bos_token_id", 0),
+        eos_token_id=_token_id(d, "eos_token_id", 2), decoder_start_token_id=_token_id(d, "decoder_start_token_id", 2),
+        **_dropouts("bart", dropout=d.get("dropout", 0.1), attention_dropout=d.get("attention_dropout", 0.0),
+                    activation_dropout=d.get("activation_dropout", 0.0)),
+    )
+
+
+def _t5(d: dict) -> dict:
+    proj = d.get("feed_forward_proj", "relu")
+    parts = proj.split("-")
+    gated = parts[0] == "gated" and len(parts) == 2
+    if len(parts) > 2 or (len(parts) == 2 and not gated):
+        _refuse("t5", f"feed_forward_proj='{proj}'")
+    act = parts[-1]
+    if proj == "gated-gelu":  # HF's historical alias: T5 v1.1 uses the tanh approximation here
+        act = "gelu_new"
+    # T5 v1.0 ties the head and scales the decoder output by d_model**-0.5; v1.1 does neither.
+    # transformers >= 5 records the scaling separately and always writes tie_word_embeddings=true;
+    # whether the head is really tied is then read from the weights (tformer.hf).
+    tied = d.get("tie_word_embeddings", True) is not False
+    rescale = bool(d["scale_decoder_outputs"]) if "scale_decoder_outputs" in d else tied
+    pad = _token_id(d, "pad_token_id", 0)
+    rate = d.get("dropout_rate", 0.1)
+    return dict(
+        arch="encoder-decoder", n_layers=d["num_layers"],
+        n_decoder_layers=d.get("num_decoder_layers") or d["num_layers"],
+        d_model=d["d_model"], n_heads=d["num_heads"], head_dim=d["d_kv"], d_ff=d["d_ff"],
+        vocab_size=d["vocab_size"], max_positions=d.get("n_positions", 512), position="relative",
+        relative_attention_num_buckets=d.get("relative_attention_num_buckets", 32),
+        relative_attention_max_distance=d.get("relative_attention_max_distance", 128),
+        norm="rmsnorm", norm_placement="pre", norm_eps=d.get("layer_norm_epsilon", 1e-6), final_norm=True,
+        activation=_activation(act, "t5"), gated_mlp=gated, bias=False, tied_embeddings=tied,
+        rescale_tied_head=rescale, scale_attention=False,
+        pad_token_id=pad, eos_token_id=_token_id(d, "eos_token_id", 1), bos_token_id=_token_id(d, "bos_token_id"),
+        decoder_start_token_id=_token_id(d, "decoder_start_token_id", pad),
+        dropout=float(rate), attention_dropout=float(rate), activation_dropout=float(rate),
+    )
+
+
+# Writing ----------------------------------------------------------------------------------
+def hf_family(config: ModelConfig) -> tuple[str, str]:
+    """(model_type, architecture class) that ``config`` would be saved as."""
+    if config.arch == "decoder":
+        if config.position == "learned" and config.norm == "layernorm":
+            return "gpt2", "GPT2LMHeadModel"
+        if config.position == "rope" and config.norm == "rmsnorm":
+            return "llama", "LlamaForCausalLM"
+    elif config.arch == "encoder":
+        return "bert", "BertForMaskedLM" if config.lm_head else "BertModel"
+    elif config.arch == "encoder-decoder":
+        if config.position == "learned":
+            return "bart", "BartForConditionalGeneration"
+        if config.position == "relative":
+            return "t5", "T5ForConditionalGeneration"
+    raise TformerError(
+        f"no Hugging Face family matches this {config.arch} with position='{config.position}' and "
+        f"norm='{config.norm}'; save_hf writes GPT-2 (learned+layernorm decoder), LLaMA (rope+rmsnorm decoder), "
+        "BERT (encoder), BART (learned encoder-decoder) or T5 (relative encoder-decoder)"
+    )
+
+
+def config_to_hf(config: ModelConfig) -> dict:
+    """The config.json for ``config``; raises when the chosen HF family would compute something else."""
+    model_type, architecture = hf_family(config)
+    c = config
+    ids = dict(pad_token_id=c.pad_token_id, bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id)
+    if model_type == "gpt2":
+        d = dict(n_layer=c.n_layers, n_embd=c.d_model, n_head=c.n_heads, n_inner=c.d_ff, vocab_size=c.vocab_size,
+                 n_positions=c.max_positions, layer_norm_epsilon=c.norm_eps,
+                 activation_function=_ACTIVATION_OUT[c.activation], resid_pdrop=c.dropout, embd_pdrop=c.dropout,
+                 attn_pdrop=c.attention_dropout, tie_word_embeddings=c.tied_embeddings, **ids)
+    elif model_type == "llama":
+        d = dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                 num_key_value_heads=c.kv_heads, head_dim=c.d_head, intermediate_size=c.d_ff,
+                 vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
+                 rope_theta=c.rope_theta, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
+                 rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation], attention_bias=c.bias,
+                 mlp_bias=c.bias, attention_dropout=c.attention_dropout, tie_word_embeddings=c.tied_embeddings, **ids)
+    elif model_type == "bert":
+        d = dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                 intermediate_size=c.d_ff, vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
+                 type_vocab_size=c.type_vocab_size, layer_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation],
+                 hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.attention_dropout,
+                 position_embedding_type="absolute", tie_word_embeddings=c.tied_embeddings, **ids)
+        if not c.type_vocab_size:  # BERT always adds a segment embedding; a single zero row adds nothing
+            d["type_vocab_size"] = 1
+    elif model_type == "bart":
+        d = dict(encoder_layers=c.n_layers, decoder_layers=c.decoder_layers, d_model=c.d_model,
+                 encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff,
+                 decoder_ffn_dim=c.d_ff, vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
+                 activation_function=_ACTIVATION_OUT[c.activation], scale_embedding=c.scale_embeddings,
+                 dropout=c.dropout, attention_dropout=c.attention_dropout, activation_dropout=c.activation_dropout,
+                 tie_word_embeddings=c.tied_embeddings, decoder_start_token_id=c.decoder_start_token_id,
+                 is_encoder_decoder=True, **ids)
+    else:  # t5
+        act = _ACTIVATION_OUT[c.activation]
+        if c.gated_mlp and act == "gelu_new":
+            proj = "gated-gelu"  # HF reads gated-gelu as the tanh form
+        elif c.gated_mlp and act == "gelu":
+            raise TformerError("T5 cannot express a gated MLP with exact GELU (its 'gated-gelu' is the tanh form); "
+                               "use activation=gelu_tanh")
+        else:
+            proj = f"gated-{act}" if c.gated_mlp else act
+        rate = max(c.dropout, c.attention_dropout, c.activation_dropout)
+        d = dict(num_layers=c.n_layers, num_decoder_layers=c.decoder_layers, d_model=c.d_model, num_heads=c.n_heads,
+                 d_kv=c.d_head, d_ff=c.d_ff, vocab_size=c.vocab_size, n_positions=c.max_positions,
+                 relative_attention_num_buckets=c.relative_attention_num_buckets,
+                 relative_attention_max_distance=c.relative_attention_max_distance,
+                 layer_norm_epsilon=c.norm_eps, feed_forward_proj=proj, dropout_rate=rate,
+                 # HF reads tie_word_embeddings as "scale the decoder output"; whether the head is
+                 # tied shows in the weights (a separate lm_head.weight or not).
+                 tie_word_embeddings=c.rescale_tied_head, scale_decoder_outputs=c.rescale_tied_head,
+                 decoder_start_token_id=c.decoder_start_token_id, is_encoder_decoder=True, **ids)
+    d = {"architectures": [architecture], "model_type": model_type, **d}
+
+    back = config_from_hf(d)
+    if model_type == "bert":  # the head and pooler travel as tensors; the reader refines them from the weights
+        back = back.replace(lm_head=c.lm_head, pooler=c.pooler,
+                            type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0)
+    if model_type == "t5":
+        back = back.replace(tied_embeddings=c.tied_embeddings)
+    if model_type == "bart":  # a zero bias is written when ours has none: same outputs
+        back = back.replace(final_logits_bias=c.final_logits_bias)
+    differ = [_EFFECTIVE.get(f, f) for f in c.to_dict() if f not in _IGNORED]
+    differ = [f for f in differ if getattr(back, f) != getattr(c, f)]
+    if differ:
+        what = ", ".join(f"{f}={getattr(c, f)!r} (a {model_type} file gives {getattr(back, f)!r})" for f in differ)
+        raise TformerError(f"this model cannot be saved as {architecture}: {what}")
+    lost = [f for f in _DROPOUT_FIELDS if getattr(back, f) != getattr(c, f)]
+    if lost:
+        warnings.warn(f"{architecture} cannot hold {', '.join(f'{f}={getattr(c, f)}' for f in lost)}; "
+                      f"the saved config uses {', '.join(f'{f}={getattr(back, f)}' for f in lost)}", stacklevel=2)
+    return d
