@@ -1,0 +1,398 @@
+"""Tokenizers behind one interface: characters, trained byte-level BPE, GPT-2 BPE, BERT WordPiece.
+
+Every tokenizer has ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size``, the
+special-token ids it has (``pad_id``, ``bos_id``, ``eos_id``, ``mask_id``; None where absent) and
+``save(dir)``. ``load(dir)`` reads the small JSON descriptor ``save`` wrote and rebuilds it, so a
+model directory carries the exact tokenizer it was trained with.
+
+``encode`` never adds special tokens: token streams are plain concatenations of text, and the
+caller decides where BOS/EOS/[CLS]/[SEP] go (``add_special_tokens=True`` on WordPiece gives BERT's
+[CLS] ... [SEP] framing).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tformer.errors import TformerError
+
+DESCRIPTOR = "tformer-tokenizer.json"  # not tokenizer.json: that name belongs to HF's file
+FORMAT_VERSION = 1
+
+# GPT-2's pre-tokenizer regex (from its encoder.py, as tiktoken's gpt2 definition spells it).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+GPT2_EOT = "<|endoftext|>"
+GPT2_EOT_ID = 50256
+GPT2_RANKS_FILE = "gpt2.tiktoken"
+# The ranks come inside the whisper sdist (DATA.md); both hashes pinned.
+WHISPER_SPEC = "openai-whisper==20250625"
+WHISPER_SHA256 = "37a91a3921809d9f44748ffc73c0a55c9f366c85a3ef5c2ae0cc09540432eb96"
+WHISPER_RANKS_MEMBER = "openai_whisper-20250625/whisper/assets/gpt2.tiktoken"
+GPT2_RANKS_SHA256_PREFIX = "306cd27f"
+
+
+class Tokenizer:
+    """The common interface. Subclasses set ``kind`` and implement the encode/decode pair."""
+
+    kind = "abstract"
+    special_ids: dict[str, int]  # role ("pad", "bos", "eos", "mask", ...) -> id
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        raise NotImplementedError
+
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """Encode to a numpy array; subclasses override where a vectorised path exists."""
+        return np.asarray(self.encode(text), dtype=np.int64)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    # The roles models and batchers ask for; None where this tokenizer has no such token.
+    @property
+    def pad_id(self) -> int | None:
+        return self.special_ids.get("pad")
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.special_ids.get("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.special_ids.get("eos")
+
+    @property
+    def mask_id(self) -> int | None:
+        return self.special_ids.get("mask")
+
+    def describe(self) -> dict:
+        """What `save` writes, less the files it writes beside it."""
+        return {"kind": self.kind, "vocab_size": self.vocab_size, "special_ids": dict(self.special_ids)}
+
+    def save(self, directory) -> Path:
+        """Write the descriptor (and any data file) into ``directory``; returns the descriptor path."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        desc = {"format": "tformer-tokenizer", "version": FORMAT_VERSION, **self.describe()}
+        self._save_files(directory, desc)
+        path = directory / DESCRIPTOR
+        atomic_write_text(path, json.dumps(desc, indent=1, ensure_ascii=False) + "\n")
+        return path
+
+    def _save_files(self, directory: Path, desc: dict) -> None:
+        """Write data files beside the descriptor and record their names in ``desc``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size}, special_ids={self.special_ids})"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary name in the same folder and rename, so readers never see half a file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary, shareable files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Characters
+
+
+class CharTokenizer(Tokenizer):
+    """One id per character. Special tokens, if any, take the first ids, then the characters."""
+
+    kind = "char"
+
+    def __init__(self, chars, specials: dict[str, str] | None = None):
+        chars = sorted(set(chars))
+        if not chars:
+            raise TformerError("a character tokenizer needs at least one character; the text was empty")
+        specials = dict(specials or {})  # role -> token text, e.g. {"pad": "<pad>"}
+        self.specials = specials
+        self.tokens = list(specials.values()) + chars
+        self.special_ids = {role: i for i, role in enumerate(specials)}
+        self.chars = chars
+        self._offset = len(specials)
+        self._codepoints = np.array([ord(c) for c in chars], dtype=np.uint32)  # sorted: searchsorted
+        self._to_id = {c: i + self._offset for i, c in enumerate(chars)}
+
+    @classmethod
+    def from_text(cls, text: str, specials: dict[str, str] | None = None) -> CharTokenizer:
+        return cls(set(text), specials)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        # Vectorised: a 5 MB corpus encodes in milliseconds instead of a second of dict lookups.
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        if codes.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        pos = np.searchsorted(self._codepoints, codes)
+        pos_clipped = np.minimum(pos, len(self._codepoints) - 1)
+        unknown = self._codepoints[pos_clipped] != codes
+        if unknown.any():
+            bad = chr(int(codes[np.argmax(unknown)]))
+            raise TformerError(f"character {bad!r} is not in this tokenizer's vocabulary of "
+                               f"{len(self.chars)} characters; rebuild the tokenizer from text that contains it")
+        return pos.astype(np.int64) + self._offset
+
+    def encode(self, text: str) -> list[int]:
+        return self.encode_array(text).tolist()
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        ids = [int(i) for i in ids]
+        if skip_special:
+            ids = [i for i in ids if i >= self._offset]
+        try:
+            return "".join(self.tokens[i] for i in ids)
+        except IndexError:
+            raise TformerError(f"token id out of range for a vocabulary of {self.vocab_size}; "
+                               "decode with the tokenizer the ids came from") from None
+
+    def describe(self) -> dict:
+        return {**super().describe(), "chars": "".join(self.chars), "specials": self.specials}
+
+    @classmethod
+    def _load(cls, directory: Path, desc: dict) -> CharTokenizer:
+        return cls(desc["chars"], desc.get("specials"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte-level BPE (trained here) and WordPiece (from a BERT checkpoint): both HF `tokenizers`
+
+
+class HFTokenizer(Tokenizer):
+    """Wraps a `tokenizers.Tokenizer`; saved as HF's own tokenizer.json beside the descriptor."""
+
+    kind = "hf"
+    hf_file = "tokenizer.json"
+
+    def __init__(self, hf, special_ids: dict[str, int] | None = None):
+        # Checkpoints ship tokenizer.json with padding/truncation to a model length (MiniLM: 128);
+        # left on, encoding a corpus would silently keep 128 tokens of each chunk.
+        hf.no_padding()
+        hf.no_truncation()
+        self.hf = hf
+        self.special_ids = dict(special_ids or {})
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        # The Rust side encodes a batch on all cores.
+        return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def _save_files(self, directory: Path, desc: dict) -> None:
+        atomic_write_text(directory / self.hf_file, self.hf.to_str())
+        desc["file"] = self.hf_file
+
+    @classmethod
+    def _load(cls, directory: Path, desc: dict):
+        from tokenizers import Tokenizer as HF
+
+        return cls(HF.from_file(str(directory / desc["file"])), desc.get("special_ids"))
+
+
+class ByteBPETokenizer(HFTokenizer):
+    """Byte-level BPE (GPT-2's scheme) trained on a corpus: no unknown tokens, any text round-trips."""
+
+    kind = "bpe"
+    SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "mask": "<mask>"}
+
+    @classmethod
+    def train(cls, texts, vocab_size: int = 4096, min_frequency: int = 2) -> ByteBPETokenizer:
+        """Train on an iterable of strings (e.g. the lines of the training split)."""
+        from tokenizers import Tokenizer as HF
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        floor = len(alphabet) + len(cls.SPECIALS)
+        if vocab_size <= floor:
+            raise TformerError(f"BPE vocab_size {vocab_size} is too small; byte-level BPE needs more than "
+                               f"{floor} (256 bytes + {len(cls.SPECIALS)} special tokens)")
+        hf = HF(models.BPE())
+        # add_prefix_space=False and GPT-2's regex: encode(a + b) == encode(a) + encode(b) when b
+        # starts a new pre-token, which lets streams be encoded chunk by chunk.
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                      special_tokens=list(cls.SPECIALS.values()),
+                                      initial_alphabet=alphabet, show_progress=False)
+        hf.train_from_iterator(texts, trainer=trainer)
+        special_ids = {role: hf.token_to_id(tok) for role, tok in cls.SPECIALS.items()}
+        return cls(hf, special_ids)
+
+
+class WordPieceTokenizer(HFTokenizer):
+    """BERT's WordPiece, read from a checkpoint folder (tokenizer.json, else vocab.txt)."""
+
+    kind = "wordpiece"
+    ROLES = {"pad": "[PAD]", "bos": "[CLS]", "eos": "[SEP]", "mask": "[MASK]", "unk": "[UNK]",
+             "cls": "[CLS]", "sep": "[SEP]"}
+
+    @classmethod
+    def from_checkpoint(cls, directory) -> WordPieceTokenizer:
+        from tokenizers import Tokenizer as HF
+
+        directory = Path(directory)
+        if (directory / "tokenizer.json").is_file():
+            hf = HF.from_file(str(directory / "tokenizer.json"))
+        elif (directory / "vocab.txt").is_file():
+            from tokenizers.implementations import BertWordPieceTokenizer
+
+            lowercase = True
+            config = directory / "tokenizer_config.json"
+            if config.is_file():
+                lowercase = bool(json.loads(config.read_text()).get("do_lower_case", True))
+            hf = BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=lowercase)._tokenizer
+        else:
+            raise TformerError(f"{directory} has neither tokenizer.json nor vocab.txt; "
+                               "point at a BERT checkpoint folder")
+        special_ids = {role: hf.token_to_id(tok) for role, tok in cls.ROLES.items()
+                       if hf.token_to_id(tok) is not None}
+        return cls(hf, special_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-2 BPE through tiktoken, from ranks we load ourselves (no network at run time)
+
+
+class GPT2Tokenizer(Tokenizer):
+    """GPT-2's 50,257-token BPE: 50,000 merges' ranks + 256 bytes + <|endoftext|> = 50256."""
+
+    kind = "gpt2"
+
+    def __init__(self, ranks_path):
+        import tiktoken
+
+        self.ranks_path = Path(ranks_path)
+        ranks = load_tiktoken_ranks(self.ranks_path)
+        # Built directly rather than via tiktoken.get_encoding("gpt2"), which would download.
+        self.enc = tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                     special_tokens={GPT2_EOT: GPT2_EOT_ID})
+        self.special_ids = {"bos": GPT2_EOT_ID, "eos": GPT2_EOT_ID}
+
+    @classmethod
+    def fetch(cls) -> GPT2Tokenizer:
+        """Build from the ranks inside the pinned whisper sdist (downloaded once, then cached)."""
+        return cls(gpt2_ranks_path())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.enc.n_vocab
+
+    def encode(self, text: str) -> list[int]:
+        # Ordinary text: "<|endoftext|>" typed in a corpus is text, not the special token.
+        return self.enc.encode_ordinary(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return self.enc.encode_ordinary_batch(texts)
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        ids = [int(i) for i in ids]
+        if skip_special:
+            ids = [i for i in ids if i != GPT2_EOT_ID]
+        return self.enc.decode(ids)
+
+    def _save_files(self, directory: Path, desc: dict) -> None:
+        # Copy the ranks so the model folder loads with no cache and no network.
+        target = directory / GPT2_RANKS_FILE
+        if target.resolve() != self.ranks_path.resolve():
+            atomic_write_bytes(target, self.ranks_path.read_bytes())
+        desc["file"] = GPT2_RANKS_FILE
+        desc["source"] = f"{WHISPER_SPEC} ({WHISPER_RANKS_MEMBER})"
+
+    @classmethod
+    def _load(cls, directory: Path, desc: dict) -> GPT2Tokenizer:
+        path = directory / desc.get("file", GPT2_RANKS_FILE)
+        return cls(path if path.is_file() else gpt2_ranks_path())
+
+
+def load_tiktoken_ranks(path: Path) -> dict[bytes, int]:
+    """Parse a .tiktoken file: one 'base64(token) rank' per line."""
+    ranks = {}
+    try:
+        for line in Path(path).read_bytes().splitlines():
+            if line:
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    except (ValueError, OSError) as exc:
+        raise TformerError(f"{path} is not a readable .tiktoken ranks file ({exc}); delete it and fetch again") from None
+    return ranks
+
+
+def gpt2_ranks_path() -> Path:
+    """The GPT-2 ranks file, extracted once from the whisper sdist into the cache."""
+    from tformer.data.packages import cache_dir, extract_members, fetch_package
+
+    target_dir = cache_dir() / "tokenizers" / "gpt2"
+    target = target_dir / GPT2_RANKS_FILE
+    if not target.is_file():
+        archive = fetch_package(WHISPER_SPEC, WHISPER_SHA256, "sdist")
+        target_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
+            found = extract_members(archive, WHISPER_RANKS_MEMBER, Path(tmp))
+            if not found:
+                raise TformerError(f"{WHISPER_SPEC} has no {WHISPER_RANKS_MEMBER}; the pinned archive changed?")
+            src = Path(found[0])
+            digest = hashlib.sha256(src.read_bytes()).hexdigest()
+            if not digest.startswith(GPT2_RANKS_SHA256_PREFIX):
+                raise TformerError(f"gpt2.tiktoken has sha256 {digest[:12]}..., expected "
+                                   f"{GPT2_RANKS_SHA256_PREFIX}...; delete {target_dir} and fetch again")
+            os.replace(src, target)
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# Building and loading by name
+
+KINDS = {"char": CharTokenizer, "bpe": ByteBPETokenizer, "wordpiece": WordPieceTokenizer, "gpt2": GPT2Tokenizer}
+
+
+def load(directory) -> Tokenizer:
+    """Rebuild the tokenizer that `save` wrote into ``directory``."""
+    directory = Path(directory)
+    path = directory / DESCRIPTOR
+    if not path.is_file():
+        raise TformerError(f"no {DESCRIPTOR} in {directory}; save a tokenizer there first (Tokenizer.save)")
+    try:
+        desc = json.loads(path.read_text(encoding="utf-8"))
+        cls = KINDS[desc["kind"]]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise TformerError(f"{path} is not a tformer tokenizer descriptor ({exc}); save the tokenizer again") from None
+    return cls._load(directory, desc)
+
