@@ -1,0 +1,613 @@
+"""What this machine really does: matmul FLOP/s over a sweep of sizes, and STREAM bandwidth.
+
+Method (stated in every result):
+- A matmul of n x n by n x n counts 2 n^3 FLOPs (int8: operations, OPS).
+- Each point: warm-up calls first (excluded: they pay for allocation, JIT and thread start-up),
+  then several repetitions, each timing enough back-to-back calls to last a few milliseconds;
+  on a GPU the device is synchronised before and after each timed region. We report the median
+  and the spread (min, max, quartiles) of the per-call time.
+- Bandwidth: the four STREAM kernels on fp32 arrays at least 4x the last-level cache, bytes
+  counted by the STREAM convention: copy and scale 2 arrays per element, add and triad 3. Stores
+  that first read the line (write-allocate) are real traffic STREAM does not count.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+from tformer.errors import TformerError
+
+MATMUL_DTYPES = ("fp32", "tf32", "fp64", "bf16", "fp16", "int8")
+STREAM_KERNELS = ("copy", "scale", "add", "triad")
+STREAM_ARRAYS = {"copy": 2, "scale": 2, "add": 3, "triad": 3}
+
+# Size sweeps. bf16/fp16 on CPUs without native support run ~100x slower than fp32, so their sweep
+# starts small and the per-call time budget below stops it before it eats the run.
+CPU_SIZES = {
+    True: {"fp32": [64, 128, 256, 512, 1024, 2048], "bf16": [64, 128, 256, 512, 1024], "fp16": [32, 64, 128],
+           "int8": [64, 128, 256, 512], "fp64": [128, 512]},
+    False: {"fp32": [32, 64, 128, 256, 512, 1024, 2048], "bf16": [32, 64, 128, 256, 512, 1024, 2048],
+            "fp16": [32, 64, 128, 256, 512], "int8": [64, 128, 256, 512, 1024, 2048],
+            "fp64": [64, 128, 256, 512, 1024]},
+}
+GPU_SIZES = {
+    True: {d: [256, 1024, 2048, 4096, 8192] for d in ("fp32", "tf32", "bf16", "fp16", "int8", "fp64")},
+    False: {d: [128, 256, 512, 1024, 2048, 4096, 8192, 16384] for d in ("fp32", "tf32", "bf16", "fp16", "int8", "fp64")},
+}
+DEFAULT_DTYPES = {"cpu": ("fp32", "bf16", "fp16", "int8"), "cuda": ("fp32", "tf32", "bf16", "fp16", "int8")}
+
+
+@dataclass
+class MatmulPoint:
+    device: str
+    dtype: str
+    n: int
+    flops: int  # per call: 2 n^3 (OPS for int8)
+    median_s: float
+    min_s: float
+    max_s: float
+    q1_s: float
+    q3_s: float
+    reps: int
+    calls_per_rep: int
+    flops_per_s: float  # from the median time
+    flops_per_s_best: float  # from the fastest repetition
+
+
+@dataclass
+class StreamPoint:
+    device: str
+    kernel: str
+    elements: int
+    element_bytes: int
+    bytes: int  # per call, STREAM convention
+    median_s: float
+    min_s: float
+    max_s: float
+    q1_s: float
+    q3_s: float
+    reps: int
+    calls_per_rep: int
+    bytes_per_s: float
+    bytes_per_s_best: float
+
+
+@dataclass
+class Comparison:
+    quantity: str  # "fp32 matmul", "triad bandwidth", ...
+    unit: str
+    measured: float | None
+    theoretical: float | None
+    ratio: float | None
+    theoretical_source: str
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DeviceBench:
+    device: str  # "cpu", "cuda:0"
+    name: str
+    threads: int | None = None
+    memory_bytes: int | None = None
+    matmul: list[MatmulPoint] = field(default_factory=list)
+    stream: list[StreamPoint] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+
+    def best_matmul(self, dtype: str) -> MatmulPoint | None:
+        points = [p for p in self.matmul if p.dtype == dtype]
+        return max(points, key=lambda p: p.flops_per_s) if points else None
+
+    def best_stream(self, kernel: str) -> StreamPoint | None:
+        points = [p for p in self.stream if p.kernel == kernel]
+        return max(points, key=lambda p: p.bytes_per_s) if points else None
+
+
+@dataclass
+class BenchResult:
+    machine_key: str
+    created: str
+    quick: bool
+    torch_version: str
+    wall_s: float
+    devices: list[DeviceBench]
+    conventions: list[str] = field(default_factory=list)
+    load_before: float | None = None  # 1-minute load average when the run started (other processes)
+    logical_cpus: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BenchResult":
+        devices = []
+        for d in data["devices"]:
+            devices.append(DeviceBench(
+                device=d["device"], name=d["name"], threads=d.get("threads"), memory_bytes=d.get("memory_bytes"),
+                matmul=[MatmulPoint(**p) for p in d.get("matmul", [])],
+                stream=[StreamPoint(**p) for p in d.get("stream", [])],
+                skipped=list(d.get("skipped", [])),
+                comparisons=[Comparison(**c) for c in d.get("comparisons", [])]))
+        return cls(machine_key=data["machine_key"], created=data["created"], quick=bool(data["quick"]),
+                   torch_version=data["torch_version"], wall_s=float(data["wall_s"]), devices=devices,
+                   conventions=list(data.get("conventions", [])), load_before=data.get("load_before"),
+                   logical_cpus=data.get("logical_cpus"))
+
+    def device(self, which: str | None = None) -> DeviceBench:
+        """The named device ("cpu", "cuda:0", "cuda"), or by default the first GPU, else the CPU."""
+        if not self.devices:
+            raise TformerError("the saved profile holds no devices; rerun `tformer bench --quick`")
+        if which is None:
+            gpus = [d for d in self.devices if d.device.startswith("cuda")]
+            return gpus[0] if gpus else self.devices[0]
+        for d in self.devices:
+            if d.device == which or (which == "cuda" and d.device.startswith("cuda")):
+                return d
+        raise TformerError(f"the saved profile has no device {which!r}; it has "
+                           f"{', '.join(d.device for d in self.devices)}")
+
+    def to_device(self, which: str | None = None):
+        """A Device (kind "measured") for the roofline: best median matmul FLOP/s per dtype, triad bandwidth."""
+        from tformer.cost.hardware import Device
+
+        d = self.device(which)
+        peaks = {}
+        for dtype in MATMUL_DTYPES:
+            best = d.best_matmul(dtype)
+            if best:
+                peaks[dtype] = best.flops_per_s
+        triad, copy = d.best_stream("triad"), d.best_stream("copy")
+        bw_point, bw_kernel = (triad, "triad") if triad else (copy, "copy")
+        mode = "quick" if self.quick else "full"
+        return Device(
+            name=f"measured {d.name} ({d.device})", kind="measured", peak_flops=peaks,
+            bandwidth=bw_point.bytes_per_s if bw_point else None, memory_bytes=d.memory_bytes,
+            source=(f"measured by `tformer bench` ({mode}) on {self.created}: peak = best median matmul "
+                    f"FLOP/s over the size sweep per dtype; bandwidth = STREAM {bw_kernel} median "
+                    f"({STREAM_ARRAYS[bw_kernel]} arrays counted)" if bw_point else
+                    f"measured by `tformer bench` ({mode}) on {self.created}; bandwidth not measured"),
+            notes=f"machine {self.machine_key}; {d.threads} threads" if d.threads else f"machine {self.machine_key}",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+
+def _summary(times: list[float]) -> dict:
+    ordered = sorted(times)
+    if len(ordered) >= 4:
+        q = statistics.quantiles(ordered, n=4)
+        q1, q3 = q[0], q[2]
+    else:
+        q1, q3 = ordered[0], ordered[-1]
+    return {"median_s": statistics.median(ordered), "min_s": ordered[0], "max_s": ordered[-1], "q1_s": q1, "q3_s": q3}
+
+
+def time_calls(fn, sync, reps: int, min_rep_s: float, warmup: int = 2) -> tuple[list[float], int, float]:
+    """Per-call seconds for ``reps`` repetitions; also the calls per repetition and one warm call's time.
+
+    Warm-up calls are excluded. Each repetition runs enough calls to last ``min_rep_s`` so the timer's
+    resolution and the Python loop do not dominate small kernels.
+    """
+    # Warm up by count and by time: the first calls pay for thread-pool start-up, kernel selection and
+    # page faults, and a clock may need a few ms to ramp. The per-call estimate comes from the later
+    # warm-up calls only.
+    for _ in range(max(1, warmup)):
+        fn()
+    sync()
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        sync()
+        elapsed = time.perf_counter() - t0
+        if calls >= 2 and elapsed >= min(min_rep_s, 0.05) or elapsed >= 0.5:
+            break
+    one = max(elapsed / calls, 1e-9)
+    calls = max(1, min(100_000, math.ceil(min_rep_s / one)))
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / calls)
+    return times, calls, one
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    return {"fp32": torch.float32, "tf32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16,
+            "fp16": torch.float16, "int8": torch.int8}[dtype]
+
+
+def _sync_for(device: str):
+    if device.startswith("cuda"):
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def bench_matmul(device: str, dtype: str, n: int, reps: int = 5, min_rep_s: float = 0.02,
+                 warmup: int = 2) -> tuple[MatmulPoint, float]:
+    """One point of the curve; also returns the time of one warm call (used to stop slow sweeps)."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(n)
+    if dtype == "int8":
+        a = torch.randint(-8, 8, (n, n), dtype=torch.int8, generator=gen).to(device)
+        b = torch.randint(-8, 8, (n, n), dtype=torch.int8, generator=gen).to(device)
+        if not hasattr(torch, "_int_mm"):
+            raise RuntimeError("this PyTorch has no int8 matmul (torch._int_mm)")
+        fn = lambda: torch._int_mm(a, b)  # noqa: E731 - int8 x int8 -> int32, the integer GEMM
+    else:
+        tdt = _torch_dtype(dtype)
+        a = torch.randn(n, n, generator=gen).to(device=device, dtype=tdt)
+        b = torch.randn(n, n, generator=gen).to(device=device, dtype=tdt)
+        out = torch.empty(n, n, device=device, dtype=tdt)
+        fn = lambda: torch.mm(a, b, out=out)  # noqa: E731 - out= keeps the allocator out of the timing
+    sync = _sync_for(device)
+    times, calls, one = time_calls(fn, sync, reps, min_rep_s, warmup)
+    s = _summary(times)
+    flops = 2 * n**3
+    point = MatmulPoint(device=device, dtype=dtype, n=n, flops=flops, reps=reps, calls_per_rep=calls,
+                        flops_per_s=flops / s["median_s"], flops_per_s_best=flops / s["min_s"], **s)
+    return point, one
+
+
+def bench_stream(device: str, elements: int, reps: int = 5, min_rep_s: float = 0.02,
+                 kernels=STREAM_KERNELS) -> list[StreamPoint]:
+    """STREAM copy/scale/add/triad on fp32 arrays of ``elements`` each."""
+    import torch
+
+    a = torch.ones(elements, device=device)
+    b = torch.full((elements,), 2.0, device=device)
+    c = torch.zeros(elements, device=device)
+    q = 3.0
+    fns = {
+        "copy": lambda: c.copy_(a),
+        "scale": lambda: torch.mul(c, q, out=b),
+        "add": lambda: torch.add(a, b, out=c),
+        "triad": lambda: torch.add(b, c, alpha=q, out=a),
+    }
+    sync = _sync_for(device)
+    out = []
+    for kernel in kernels:
+        times, calls, _ = time_calls(fns[kernel], sync, reps, min_rep_s, warmup=1)
+        s = _summary(times)
+        nbytes = STREAM_ARRAYS[kernel] * elements * 4
+        out.append(StreamPoint(device=device, kernel=kernel, elements=elements, element_bytes=4, bytes=nbytes,
+                               reps=reps, calls_per_rep=calls, bytes_per_s=nbytes / s["median_s"],
+                               bytes_per_s_best=nbytes / s["min_s"], **s))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+def _stream_elements(device: str, specs, quick: bool) -> tuple[int, str]:
+    """fp32 elements per array: 4x the last-level cache (STREAM's rule), within a share of memory."""
+    from tformer.measure.specs import last_level_cache_bytes
+
+    if device.startswith("cuda"):
+        import torch
+
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
+        target = max(4 * l2, (256 if quick else 1024) * 2**20)
+        free, _ = torch.cuda.mem_get_info(device)
+        target = min(target, free // 8)
+        return target // 4, f"4x L2 ({l2 / 2**20:.0f} MiB) or at least {(256 if quick else 1024)} MiB per array"
+    llc = last_level_cache_bytes(specs) or 32 * 2**20
+    target = max(4 * llc, 64 * 2**20)
+    total = specs.memory.total_bytes if specs else None
+    if total:
+        target = min(target, total // 12)  # three arrays must fit comfortably
+    return target // 4, f"4x the last-level cache ({llc / 2**20:.0f} MiB) per array"
+
+
+def _devices(devices) -> list[str]:
+    import torch
+
+    cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    if devices is None or devices == "all":
+        return ["cpu"] + cuda
+    if isinstance(devices, str):
+        devices = [d.strip() for d in devices.split(",") if d.strip()]
+    out = []
+    for d in devices:
+        if d == "cpu":
+            out.append("cpu")
+        elif d == "cuda" or d == "gpu":
+            if not cuda:
+                raise TformerError("no CUDA GPU is available here; use --device cpu")
+            out.extend(cuda)
+        elif d.startswith("cuda:"):
+            if d not in cuda:
+                raise TformerError(f"device {d!r} is not available; available: {', '.join(['cpu'] + cuda)}")
+            out.append(d)
+        else:
+            raise TformerError(f"unknown device {d!r}; use cpu, cuda, cuda:N or all")
+    return list(dict.fromkeys(out))
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | None = None,
+              reps: int | None = None, stream: bool = True, specs=None, progress=None,
+              threads: int | None = None) -> BenchResult:
+    """Measure matmul curves and STREAM bandwidth on each device, and compare with the theoretical peaks.
+
+    ``devices``: None/"all" (CPU and every GPU), "cpu", "cuda", "cuda:N" or a list. ``dtypes``: subset
+    of MATMUL_DTYPES (default per device kind). ``sizes``: override the sweep (same for every dtype).
+    ``progress``: optional callable(str) for a line per step. ``threads``: CPU threads for the run
+    (default: PyTorch's current setting), restored afterwards.
+    """
+    import datetime
+
+    import torch
+
+    from tformer.measure.profile_store import machine_key
+    from tformer.measure.specs import detect
+
+    started = time.perf_counter()
+    load_before = _load_average()
+    say = progress or (lambda _msg: None)
+    if threads is not None and threads < 1:
+        raise TformerError("--threads must be at least 1")
+    if dtypes is not None:
+        if isinstance(dtypes, str):
+            dtypes = [d.strip() for d in dtypes.split(",") if d.strip()]
+        bad = [d for d in dtypes if d not in MATMUL_DTYPES]
+        if bad:
+            raise TformerError(f"unknown matmul dtype {bad[0]!r}; choose from {', '.join(MATMUL_DTYPES)}")
+    if sizes is not None and (not sizes or any(int(n) < 1 for n in sizes)):
+        raise TformerError("sizes must be positive integers, e.g. --sizes 128,256,512")
+    if reps is not None and reps < 1:
+        raise TformerError("--reps must be at least 1")
+    device_list = _devices(devices)  # bad names fail here, before the slow detection
+    if specs is None:
+        specs = detect()
+    n_reps = reps or (5 if quick else 10)
+    min_rep_s = 0.02 if quick else 0.05
+    # A dtype's sweep stops when one call takes longer than this (slow emulated dtypes).
+    max_call_s = 0.15 if quick else 2.0
+    # --quick promises under 30 s even on a busy 2-core machine: past this many seconds of matmul the
+    # remaining points are skipped (and listed), leaving time for the bandwidth kernels.
+    deadline = started + (15.0 if quick else 600.0)
+    results = []
+    prev_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        results = _run_devices(device_list, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stream,
+                               specs, say, deadline, load_before)
+    finally:
+        torch.set_num_threads(prev_threads)
+    conventions = [
+        "matmul FLOPs = 2 x n^3 for an n x n by n x n product (int8: operations, OPS)",
+        "per point: warm-up excluded, median and spread (min, max, quartiles) over repetitions; GPU "
+        "synchronised around every timed region",
+        "peak = best median over the size sweep",
+        "STREAM bytes: copy and scale count 2 arrays, add and triad 3 (write-allocate traffic not counted)",
+        "1 GB/s = 1e9 B/s",
+    ]
+    return BenchResult(machine_key=machine_key(specs), quick=quick,
+                       created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       torch_version=torch.__version__, wall_s=time.perf_counter() - started, devices=results,
+                       conventions=conventions, load_before=load_before, logical_cpus=os.cpu_count())
+
+
+def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stream, specs, say, deadline,
+                 load_before=None):
+    import torch
+
+    results = []
+    for dev in devs:
+        is_gpu = dev.startswith("cuda")
+        if is_gpu:
+            idx = int(dev.split(":")[1])
+            props = torch.cuda.get_device_properties(idx)
+            db = DeviceBench(device=dev, name=props.name, memory_bytes=int(props.total_memory))
+        else:
+            db = DeviceBench(device="cpu", name=specs.cpu.model, threads=torch.get_num_threads(),
+                             memory_bytes=specs.memory.total_bytes)
+        kind = "cuda" if is_gpu else "cpu"
+        for dtype in (dtypes or DEFAULT_DTYPES[kind]):
+            if dtype == "tf32" and not is_gpu:
+                db.skipped.append("tf32: a GPU tensor-core mode; CPUs compute fp32")
+                continue
+            sweep = sorted(int(n) for n in sizes) if sizes else (GPU_SIZES if is_gpu else CPU_SIZES)[quick].get(dtype, [])
+            prev_tf32 = torch.backends.cuda.matmul.allow_tf32 if is_gpu else None
+            try:
+                if is_gpu:  # fp32 means true fp32 (CUDA cores); tf32 is the tensor-core mode
+                    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+                for n in sweep:
+                    if time.perf_counter() > deadline:
+                        db.skipped.append(f"{dtype}: sizes from n={n} skipped, the run's time budget was spent")
+                        break
+                    say(f"{dev} matmul {dtype} n={n}")
+                    try:
+                        point, one = bench_matmul(dev, dtype, n, reps=n_reps, min_rep_s=min_rep_s)
+                    except (RuntimeError, TypeError, NotImplementedError) as exc:
+                        db.skipped.append(f"{dtype} n={n}: not supported here ({str(exc).splitlines()[0][:120]})")
+                        break
+                    db.matmul.append(point)
+                    if one > max_call_s and n != sweep[-1]:
+                        db.skipped.append(f"{dtype}: sizes above n={n} skipped, one call took {one:.2f} s "
+                                          f"(budget {max_call_s} s per call)")
+                        break
+            finally:
+                if is_gpu:
+                    torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+        if stream:
+            elements, why = _stream_elements(dev, specs, quick)
+            say(f"{dev} STREAM on {elements * 4 / 2**20:.0f} MiB arrays")
+            db.stream = bench_stream(dev, elements, reps=n_reps, min_rep_s=min_rep_s)
+        db.comparisons = compare(db, specs, load_before)
+        results.append(db)
+        if is_gpu:
+            torch.cuda.empty_cache()
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Measured vs theoretical, and why
+# --------------------------------------------------------------------------------------------
+
+def _fmt(x: float) -> str:
+    return f"{x / 1e9:,.1f} G"
+
+
+def compare(db: DeviceBench, specs, load_before: float | None = None) -> list[Comparison]:
+    """Measured vs theoretical for every dtype measured, plus bandwidth, with the likely reasons for the gap."""
+    out = []
+    is_gpu = db.device.startswith("cuda")
+    if is_gpu:
+        idx = int(db.device.split(":")[1])
+        peaks = specs.gpu_peaks.get(idx, {}) if specs else {}
+    else:
+        peaks = specs.cpu_peaks if specs else {}
+    dtypes = list(dict.fromkeys(p.dtype for p in db.matmul))
+    fp32_best = db.best_matmul("fp32")
+    shared = None
+    cpus = os.cpu_count() or 1
+    if not is_gpu and load_before is not None and load_before >= 0.5:
+        # The 1-minute load average before we started counts runnable processes that were not ours.
+        shared = (f"shared machine: other processes kept ~{load_before:.1f} of {cpus} CPUs busy when the run "
+                  "started; they take cycles and stall the BLAS threads (rerun on an idle machine)")
+    for dtype in dtypes:
+        best = db.best_matmul(dtype)
+        if is_gpu:
+            key = dtype
+            if dtype in ("tf32", "bf16", "fp16", "int8", "fp8") or (dtype == "fp64" and "fp64_tensor" in peaks):
+                key = f"{dtype}_tensor" if f"{dtype}_tensor" in peaks else dtype
+            peak = peaks.get(key)
+        else:
+            peak = peaks.get(dtype)
+        theo = peak.value if peak else None
+        unit = "OPS" if dtype == "int8" else "FLOP/s"
+        ratio = best.flops_per_s / theo if theo else None
+        reasons = (_gpu_reasons if is_gpu else _cpu_reasons)(db, dtype, best, theo, ratio, peak, specs, fp32_best)
+        if shared:
+            reasons.insert(0, shared)
+        out.append(Comparison(quantity=f"{dtype} matmul", unit=unit, measured=best.flops_per_s, theoretical=theo,
+                              ratio=ratio, theoretical_source=peak.source if peak else "unknown", reasons=reasons))
+    bw_peak = (peaks.get("bandwidth") if is_gpu else (specs.cpu_bandwidth if specs else None))
+    for kernel in ("copy", "triad"):
+        point = db.best_stream(kernel)
+        if not point:
+            continue
+        theo = bw_peak.value if bw_peak else None
+        ratio = point.bytes_per_s / theo if theo else None
+        reasons = []
+        if theo is None:
+            reasons.append("theoretical bandwidth unknown here: "
+                           + (bw_peak.source if bw_peak else "no memory description"))
+        if not is_gpu:
+            reasons.append("STREAM counts only the named arrays; an x86 store first reads its cache line "
+                           "(write-allocate), so real traffic is about 1.5x the count for copy, 1.33x for triad")
+            if specs and specs.cpu.hypervisor:
+                reasons.append("a virtual machine shares the memory controllers with other tenants")
+            reasons.append(f"{db.threads} thread(s): one or two cores cannot keep enough misses in flight to "
+                           "saturate all memory channels" if (db.threads or 0) <= 4 else
+                           "threads compete for the memory channels; the best thread count may be below the core count")
+        else:
+            reasons.append("HBM/GDDR seldom exceeds ~90% of the datasheet figure (refresh, bank and page switches)")
+        if shared:
+            reasons.insert(0, shared)
+        if ratio is not None and ratio > 1.0:
+            reasons.insert(0, "measured above the theoretical figure: the memory description is wrong, or the "
+                              "array fits in a cache")
+        out.append(Comparison(quantity=f"{kernel} bandwidth", unit="B/s", measured=point.bytes_per_s,
+                              theoretical=theo, ratio=ratio,
+                              theoretical_source=bw_peak.source if bw_peak else "unknown", reasons=reasons))
+    return out
+
+
+def _curve_reasons(db, dtype, best) -> list[str]:
+    reasons = []
+    points = sorted((p for p in db.matmul if p.dtype == dtype), key=lambda p: p.n)
+    if len(points) >= 2:
+        smallest = points[0]
+        frac = smallest.flops_per_s / best.flops_per_s
+        if frac < 0.6:
+            reasons.append(f"small sizes: n={smallest.n} reaches {frac:.0%} of the best; too little work per call "
+                           "to amortise call overhead and fill every core (small matmuls are memory/latency-bound)")
+        if best.n == points[-1].n and points[-1].flops_per_s > 1.05 * points[-2].flops_per_s:
+            reasons.append(f"the curve still rises at the largest size tried (n={best.n}); a bigger matmul may go faster")
+    spread = best.max_s / best.min_s if best.min_s > 0 else 1.0
+    if spread > 1.3:
+        reasons.append(f"noisy timings (slowest repetition {spread:.2f}x the fastest): a shared machine or "
+                       "background load is taking cycles")
+    return reasons
+
+
+def _cpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[str]:
+    from tformer.cost.hardware import cpu_peak_flops
+    from tformer.measure.specs import NO_NATIVE
+
+    reasons = []
+    cpu = specs.cpu if specs else None
+    if theo is None:
+        if peak is not None and NO_NATIVE in peak.source:
+            msg = f"no native {dtype} arithmetic: values are converted to fp32 (or computed by a scalar fallback)"
+            if fp32_best and dtype != "fp32":
+                msg += f"; measured {best.flops_per_s / fp32_best.flops_per_s:.2f}x the fp32 rate"
+            reasons.append(msg)
+        else:
+            reasons.append("theoretical peak unknown: " + (peak.source if peak else "not computed"))
+        return reasons + _curve_reasons(db, dtype, best)
+    if ratio > 1.02:
+        reasons.append("measured above the formula: the clock used is below the real (turbo) clock, or the FMA-unit "
+                       "assumption is low; the formula's inputs are in its source")
+    if cpu and ratio < 0.85:
+        if cpu.hypervisor:
+            reasons.append("virtual machine: the 'cores' may be SMT siblings sharing one core's FMA units, and the "
+                           "clock read from /proc is nominal, not the sustained clock")
+        if dtype in ("fp32", "fp64") and "amd" in cpu.vendor.lower() and cpu.simd_bits == 512:
+            cores = cpu.physical_cores or cpu.logical_cpus or 1
+            clock = (theo / (cores * (cpu.simd_bits // 32 if dtype == "fp32" else cpu.simd_bits // 64) * 2
+                             * (cpu.fma_units or 1)))
+            avx2 = cpu_peak_flops(cores, 256, cpu.fma_units or 1, clock, dtype)
+            reasons.append(f"PyTorch's CPU BLAS (MKL) may run 256-bit AVX2 kernels on AMD CPUs: with 256-bit lanes "
+                           f"the same formula gives {_fmt(avx2)}FLOP/s, ratio {best.flops_per_s / avx2:.2f}")
+        if dtype in ("bf16", "fp16", "int8") and ratio < 0.3:
+            reasons.append(f"the CPU has native {dtype} instructions, but this PyTorch kernel does not reach them "
+                           "for these shapes (conversion to fp32, or a BLAS without a kernel for this CPU)")
+        reasons.append("sustained all-core clock under load (power/thermal limits) is below the clock the "
+                       "formula uses")
+    return reasons + _curve_reasons(db, dtype, best)
+
+
+def _gpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[str]:
+    reasons = []
+    if theo is None:
+        reasons.append("theoretical peak unknown: " + (peak.source if peak else "GPU not in the spec table"))
+        return reasons + _curve_reasons(db, dtype, best)
+    if dtype == "fp32":
+        reasons.append("fp32 here is true fp32 on the CUDA cores (TF32 disabled); see the tf32 row for tensor cores")
+    if ratio is not None and ratio < 0.85:
+        reasons.append("the datasheet peak is at the maximum boost clock; under load the power and thermal limits "
+                       "hold the clock lower")
+        if dtype in ("bf16", "fp16", "tf32", "int8"):
+            reasons.append("tensor-core peaks assume every SM issues MMA instructions every cycle; real GEMM kernels "
+                           "also spend time loading tiles and in the epilogue")
+    return reasons + _curve_reasons(db, dtype, best)
+
+
+__all__ = ["BenchResult", "Comparison", "DeviceBench", "MatmulPoint", "StreamPoint", "bench_matmul",
+           "bench_stream", "compare", "run_bench", "time_calls"]

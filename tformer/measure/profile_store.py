@@ -1,0 +1,99 @@
+"""The measured profile of this machine, saved in the user's cache and reused as ``--hardware measured``.
+
+One JSON file per machine: $XDG_CACHE_HOME/tformer/profiles/<key>.json (default ~/.cache/tformer).
+The key comes from the CPU model, its core count and the GPU names, never the hostname, so the same
+machine (or an identical one) finds its profile and a different one does not borrow it. Files are
+written to a temporary name in the same directory and renamed: a reader sees the old profile or the
+new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+
+from tformer.errors import TformerError
+
+PROFILE_VERSION = 1
+
+
+def cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tformer")
+
+
+def machine_key(specs=None) -> str:
+    """'amd-epyc-2c-3f9a1c2b': readable prefix plus a hash of everything that identifies the hardware."""
+    if specs is None:
+        from tformer.measure.specs import detect
+
+        specs = detect()
+    cores = specs.cpu.physical_cores or specs.cpu.logical_cpus or 0
+    gpus = sorted(g.name for g in specs.gpus)
+    ident = "|".join([specs.cpu.model, specs.cpu.vendor, str(cores), str(specs.cpu.logical_cpus), *gpus])
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
+    slug = re.sub(r"[^a-z0-9]+", "-", specs.cpu.model.lower()).strip("-")[:40] or "cpu"
+    parts = [slug, f"{cores}c"] + ([re.sub(r"[^a-z0-9]+", "-", gpus[0].lower()).strip("-")[:30]] if gpus else [])
+    return "-".join(parts + [digest])
+
+
+def profile_path(key: str | None = None) -> str:
+    return os.path.join(cache_dir(), "profiles", f"{key or machine_key()}.json")
+
+
+def save_profile(result, key: str | None = None) -> str:
+    """Write a BenchResult (or its dict) atomically; returns the path."""
+    data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    key = key or data.get("machine_key") or machine_key()
+    path = profile_path(key)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    payload = json.dumps({"version": PROFILE_VERSION, "result": data}, indent=1)
+    fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".tmp", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def load_profile(key: str | None = None):
+    """The saved BenchResult for this machine (or ``key``), or None when there is none."""
+    from tformer.measure.bench import BenchResult
+
+    path = profile_path(key)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if data.get("version") != PROFILE_VERSION:
+            raise ValueError(f"version {data.get('version')!r}")
+        return BenchResult.from_dict(data["result"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TformerError(f"the saved profile {path} is unreadable ({type(exc).__name__}: {exc}); "
+                           "rerun `tformer bench --quick` to replace it") from None
+
+
+def load_measured_device(key: str | None = None, device: str | None = None):
+    """This machine's measured roofs as a Device (kind "measured"), or None when nothing is saved.
+
+    ``device``: "cpu", "cuda:0"...; by default the first GPU, else the CPU.
+    """
+    result = load_profile(key)
+    if result is None:
+        return None
+    return result.to_device(device)
+
+
+__all__ = ["cache_dir", "load_measured_device", "load_profile", "machine_key", "profile_path", "save_profile"]
