@@ -87,35 +87,25 @@ class MaskedLMSource(CausalLMSource):
 
 
 class Seq2SeqSource(_Sampled):
-    """Sentence pairs, padded per batch. The decoder reads [start, y1 .. y_{n-1}] and predicts [y1 .. yn]."""
+    """Sentence pairs (lists of token ids), padded per batch by tformer.data.seq2seq.collate:
+    the encoder reads source + [EOS], the decoder reads [BOS] + target and predicts target + [EOS]."""
 
-    def __init__(self, train_pairs, val_pairs, pad_id: int, start_id: int, seed: int, max_len: int):
+    def __init__(self, train_pairs, val_pairs, pad_id: int, bos_id: int, eos_id: int, seed: int, max_len: int):
         super().__init__(seed)
         if not train_pairs or not val_pairs:
             raise TformerError("the translation data has no sentence pairs; check the corpus")
-        self.train, self.val = train_pairs, val_pairs
-        self.pad_id, self.start_id, self.max_len = pad_id, start_id, max_len
-        self.tokens_per_row = int(np.mean([len(t) for _, t in train_pairs[:1000]])) + 1
+        clip = lambda pairs: [(s[: max_len - 1], t[: max_len - 1]) for s, t in pairs]  # room for BOS/EOS
+        self.train, self.val = clip(train_pairs), clip(val_pairs)
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.tokens_per_row = int(np.mean([len(t) + 1 for _, t in self.train[:1000]]))
 
     def _collate(self, pairs) -> Batch:
-        src_len = min(self.max_len, max(len(s) for s, _ in pairs))
-        tgt_len = min(self.max_len, max(len(t) for _, t in pairs))
-        rows = len(pairs)
-        src = torch.full((rows, src_len), self.pad_id, dtype=torch.long)
-        src_mask = torch.zeros((rows, src_len), dtype=torch.long)
-        dec_in = torch.full((rows, tgt_len), self.pad_id, dtype=torch.long)
-        targets = torch.full((rows, tgt_len), -100, dtype=torch.long)
-        for i, (s, t) in enumerate(pairs):
-            s, t = s[:src_len], t[:tgt_len]
-            src[i, : len(s)] = torch.tensor(s)
-            src_mask[i, : len(s)] = 1
-            targets[i, : len(t)] = torch.tensor(t)
-            dec_in[i, 0] = self.start_id
-            dec_in[i, 1 : len(t)] = torch.tensor(t[:-1])
-        dec_mask = (targets != -100).long()
-        inputs = {"input_ids": src, "attention_mask": src_mask, "decoder_input_ids": dec_in,
-                  "decoder_attention_mask": dec_mask}
-        return Batch(inputs, targets)
+        from tformer.data.seq2seq import collate
+
+        b = collate([s for s, _ in pairs], [t for _, t in pairs], self.pad_id, self.bos_id, self.eos_id)
+        inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask,
+                  "decoder_input_ids": b.decoder_input_ids, "decoder_attention_mask": b.decoder_attention_mask}
+        return Batch(inputs, b.labels)
 
     def next_batch(self, rows: int) -> Batch:
         idx = torch.randint(0, len(self.train), (rows,), generator=self.generator).tolist()
@@ -123,5 +113,4 @@ class Seq2SeqSource(_Sampled):
 
     def eval_batches(self, n: int, rows: int):
         for k in range(n):
-            chunk = [self.val[(k * rows + i) % len(self.val)] for i in range(rows)]
-            yield self._collate(chunk)
+            yield self._collate([self.val[(k * rows + i) % len(self.val)] for i in range(rows)])

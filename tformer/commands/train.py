@@ -1,0 +1,142 @@
+"""`tformer train`: train a model on real text (or a synthetic task), on CPU, GPU or many (torchrun)."""
+
+NAME = "train"
+HELP = "Train a model: causal LM (decoder), masked LM (encoder) or seq2seq (encoder-decoder)."
+
+
+def add_arguments(p) -> None:
+    from tformer.train.loop import TrainArgs
+
+    d = TrainArgs()
+    src = p.add_argument_group("model")
+    src.add_argument("--preset", help="preset name (default char-small)")
+    src.add_argument("--config", help="a tformer or Hugging Face config JSON")
+    src.add_argument("--hf", help="fine-tune from a Hugging Face-format checkpoint directory")
+    src.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    data = p.add_argument_group("data")
+    data.add_argument("--data", default="shakespeare",
+                      help="shakespeare | wikitext2 | tatoeba-en-es | copy | reverse | a text file or folder")
+    data.add_argument("--tokenizer", default="char", help="char | bpe | gpt2 | a saved tokenizer folder")
+    data.add_argument("--vocab-size", type=int, help="BPE vocabulary size")
+    data.add_argument("--seq-len", type=int, help="tokens per training sequence (default: the model's context)")
+    data.add_argument("--max-pairs", type=int, help="translation: use the first N training pairs")
+    run = p.add_argument_group("run")
+    run.add_argument("--out", default=d.out, help="output directory (checkpoints, metrics, final weights)")
+    run.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
+    run.add_argument("--max-steps", type=int, default=d.max_steps)
+    run.add_argument("--time-budget", type=float, help="stop after this many seconds of wall time")
+    run.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per optimizer step (global)")
+    run.add_argument("--grad-accum", type=int, default=d.grad_accum, help="micro-batches per optimizer step")
+    run.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (noam: multiplier)")
+    run.add_argument("--min-lr", type=float, help="final learning rate of the cosine (default lr/10)")
+    run.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
+    run.add_argument("--schedule", default=d.schedule, help="cosine | linear | noam | constant")
+    run.add_argument("--optimizer", default=d.optimizer, help="adamw | adam | sgd | momentum")
+    run.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    run.add_argument("--beta2", type=float, default=d.beta2)
+    run.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm (0 = off)")
+    run.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
+    run.add_argument("--eval-interval", type=int, default=d.eval_interval)
+    run.add_argument("--eval-batches", type=int, default=d.eval_batches)
+    run.add_argument("--log-interval", type=int, default=d.log_interval)
+    run.add_argument("--ckpt-interval", type=int, default=d.ckpt_interval)
+    run.add_argument("--sample-interval", type=int, default=d.sample_interval, help="print a sample every N steps")
+    run.add_argument("--seed", type=int, default=d.seed)
+    run.add_argument("--device", default=d.device, help="cpu | cuda | cuda:N")
+    run.add_argument("--precision", default=d.precision, help="fp32 | bf16 | fp16 (autocast)")
+    run.add_argument("--compile", action="store_true", help="torch.compile the model")
+    run.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
+
+
+def run(args) -> int:
+    import math
+    from dataclasses import asdict
+    from pathlib import Path
+
+    import torch
+
+    from tformer.errors import TformerError
+    from tformer.train import distributed
+    from tformer.train.loop import TrainArgs, Trainer
+    from tformer.train.setup import base_config, build_run, save_run_files
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise TformerError(f"--device {args.device} asked for, but no CUDA device is available; use --device cpu")
+    world = distributed.init_from_env(args.device)
+    device = args.device
+    if device == "cuda" and world.size > 1:
+        device = f"cuda:{world.local_rank}"
+    config = base_config(args.preset, args.config, args.hf, args.set)
+    seq_len = args.seq_len or config.max_positions
+    if seq_len < 1:
+        raise TformerError("--seq-len must be at least 1")
+    targs = TrainArgs(
+        out=args.out, max_steps=args.max_steps, time_budget=args.time_budget, batch_size=args.batch_size,
+        grad_accum=args.grad_accum, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup, schedule=args.schedule,
+        optimizer=args.optimizer, weight_decay=args.weight_decay, beta2=args.beta2, grad_clip=args.grad_clip,
+        label_smoothing=args.label_smoothing, eval_interval=args.eval_interval, eval_batches=args.eval_batches,
+        log_interval=args.log_interval, ckpt_interval=args.ckpt_interval, sample_interval=args.sample_interval,
+        seed=args.seed, device=device, precision=args.precision, compile=args.compile,
+        activation_checkpointing=args.activation_checkpointing,
+    )
+    targs.validate()
+    out = Path(args.out)
+    if not args.resume and (out / "checkpoint").exists():
+        raise TformerError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    run_ = build_run(args.data, config, seq_len, args.seed, args.tokenizer, args.vocab_size, args.hf, args.max_pairs)
+    log = print if world.rank == 0 else (lambda *_: None)
+    flops, peak = _flops_and_peak(run_.model.config, seq_len, run_.source.tokens_per_row, args, device, log)
+    trainer = Trainer(run_.model, run_.source, targs, flops_per_step=flops, peak_flops=peak,
+                      sampler=_sampler(run_) if run_.objective == "causal" else None, log=log)
+    if world.rank == 0:
+        save_run_files(out, run_, vars(args) | {"train_args": asdict(targs)})
+        n = run_.model.num_parameters()
+        log(f"training {run_.model.config.name} ({run_.model.config.arch}, {n:,} parameters) on {args.data}: "
+            f"{run_.objective} objective, {targs.batch_size} x {run_.source.tokens_per_row} tokens per step, "
+            f"{world.size} process(es), {device}")
+    if args.resume:
+        trainer.resume()
+    result = trainer.run()
+    if world.rank == 0 and "val_loss" in result:
+        log(f"done: step {result['step']}, val loss {result['val_loss']:.4f} nats/token "
+            f"(ppl {math.exp(min(result['val_loss'], 50)):.2f}); weights in {out / 'final'}")
+    distributed.shutdown()
+    return 0
+
+
+def _flops_and_peak(config, seq_len, tokens_per_row, args, device, log):
+    """Training FLOPs per step from the ledger and this device's peak, for the MFU column."""
+    try:
+        from tformer.cost.hardware import resolve_hardware
+        from tformer.cost.ledger import Workload, ledger
+    except ImportError:
+        return None, None
+    flops = ledger(config, Workload(phase="train", batch=args.batch_size, seq=tokens_per_row)).flops["matmul"]
+    dtype = "bf16" if args.precision == "bf16" else "fp32"
+    try:
+        peak = resolve_hardware("measured").peak(dtype)
+        log(f"MFU is measured against this machine's measured {dtype} matmul peak ({peak / 1e9:,.0f} GFLOP/s)")
+    except Exception:
+        peak = None
+        log("MFU not shown: no measured peak for this machine yet (run `tformer bench --quick`)")
+    return flops, peak
+
+
+def _sampler(run_):
+    """A short continuation of a newline, printed during training, to see what the model has learnt."""
+    tok = run_.tokenizer
+
+    def sample(model):
+        import torch
+
+        from tformer.generate import generate
+
+        start = tok.encode("\n") or [0]
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            ids = generate(model, torch.tensor([start]), max_new_tokens=200, temperature=0.8, top_k=40, seed=0)
+        model.train(was_training)
+        return repr(tok.decode(ids[0].tolist()))
+
+    return sample

@@ -1,0 +1,148 @@
+"""From command-line choices to (model, batch source, tokenizer): shared by `tformer train` and the report.
+
+The objective follows the architecture: a decoder learns next-token prediction, an encoder
+masked-token prediction, an encoder-decoder sequence-to-sequence mapping (teacher forcing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tformer.config import ModelConfig, preset
+from tformer.errors import TformerError
+from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
+
+OBJECTIVES = {"decoder": "causal", "encoder": "mlm", "encoder-decoder": "seq2seq"}
+SYNTHETIC = ("copy", "reverse")
+SYNTHETIC_VOCAB = 16  # pad, bos, eos + 13 symbols
+
+
+@dataclass
+class Run:
+    model: torch.nn.Module
+    source: object
+    tokenizer: object | None  # None for synthetic tasks (ids are the symbols)
+    objective: str
+
+
+def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | None, overrides: list[str]):
+    if sum(x is not None for x in (preset_name, config_file, hf_dir)) > 1:
+        raise TformerError("give one of --preset, --config or --hf")
+    if config_file:
+        config = ModelConfig.from_file(config_file)
+    elif hf_dir:
+        config = ModelConfig.from_file(Path(hf_dir) / "config.json")
+    else:
+        config = preset(preset_name or "char-small")
+    return config.with_overrides(overrides) if overrides else config
+
+
+def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer: str = "char",
+              vocab_size: int | None = None, hf_dir: str | None = None, max_pairs: int | None = None) -> Run:
+    """Prepare the data, size the model's vocabulary to the tokenizer, and build the model."""
+    from tformer.model import build
+
+    objective = OBJECTIVES[config.arch]
+    if seq_len > config.max_positions and config.position in ("learned", "sinusoidal"):
+        raise TformerError(f"--seq-len {seq_len} is longer than the model's context of {config.max_positions} "
+                           "positions; lower --seq-len or --set max_positions=N")
+    if objective == "seq2seq":
+        tok, train_pairs, val_pairs = _pairs(data, tokenizer, vocab_size, seed, max_pairs)
+        pad, bos, eos = (tok.pad_id, tok.bos_id, tok.eos_id) if tok else (0, 1, 2)
+        vocab = tok.vocab_size if tok else SYNTHETIC_VOCAB
+        config = config.replace(vocab_size=vocab, pad_token_id=pad, bos_token_id=bos, eos_token_id=eos,
+                                decoder_start_token_id=bos)
+        source = Seq2SeqSource(train_pairs, val_pairs, pad, bos, eos, seed, max_len=seq_len)
+    else:
+        from tformer.data.prepare import prepare
+
+        if hf_dir and tokenizer == "char":
+            tokenizer = hf_dir  # fine-tuning: the checkpoint's own WordPiece vocabulary
+        token_data = prepare(data, tokenizer, vocab_size)
+        tok = token_data.tokenizer()
+        train_ids, val_ids = token_data["train"].tokens, token_data["validation"].tokens
+        if hf_dir is None:
+            config = config.replace(vocab_size=tok.vocab_size)
+        elif tok.vocab_size > config.vocab_size:
+            raise TformerError(f"the tokenizer has {tok.vocab_size} tokens but the checkpoint's vocabulary is "
+                               f"{config.vocab_size}; use the checkpoint's own tokenizer")
+        if objective == "mlm":
+            config = config.replace(lm_head=True)
+            from tformer.data.mlm import mask_tokens
+
+            specials = [tok.pad_id, getattr(tok, "cls_id", None), getattr(tok, "sep_id", None)]
+
+            def mask_fn(ids, generator):
+                return mask_tokens(ids, tok.mask_id, tok.vocab_size, generator, special_ids=specials)
+
+            if tok.mask_id is None:
+                raise TformerError("masked-LM training needs a tokenizer with a [MASK] token: "
+                                   "use --tokenizer bpe or a BERT checkpoint's WordPiece (--hf DIR)")
+            source = MaskedLMSource(train_ids, val_ids, seq_len, seed, mask_fn)
+        else:
+            source = CausalLMSource(train_ids, val_ids, seq_len, seed)
+    torch.manual_seed(seed)
+    model = build(config)
+    if hf_dir:
+        _load_pretrained(model, hf_dir)
+    return Run(model, source, tok, objective)
+
+
+def _load_pretrained(model, hf_dir: str) -> None:
+    """Copy a checkpoint's weights in; heads it lacks (e.g. BertModel has no MLM head) keep their init."""
+    from tformer.hf import load_hf
+
+    pretrained = load_hf(hf_dir)
+    ours = model.state_dict()
+    loaded = {k: v for k, v in pretrained.state_dict().items() if k in ours and ours[k].shape == v.shape}
+    model.load_state_dict(loaded, strict=False)
+    if model.config.tied_embeddings:
+        model.tie_weights()
+        if getattr(model, "mlm_head", None) is not None:
+            model.mlm_head.decoder.weight = model.tok_embed.weight
+
+
+def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pairs: int | None):
+    if data in SYNTHETIC:
+        from tformer.data.seq2seq import SYNTH_FIRST_SYMBOL
+
+        g = torch.Generator().manual_seed(seed)
+
+        def make(n):
+            lengths = torch.randint(1, 11, (n,), generator=g).tolist()
+            out = []
+            for length in lengths:
+                s = torch.randint(SYNTH_FIRST_SYMBOL, SYNTHETIC_VOCAB, (length,), generator=g).tolist()
+                out.append((s, s if data == "copy" else s[::-1]))
+            return out
+
+        return None, make(50_000), make(512)
+    from tformer.data.corpora import get_corpus
+    from tformer.data.tokenizers import ByteBPETokenizer
+
+    corpus = get_corpus(data)
+    if corpus.kind != "pairs":
+        raise TformerError(f"{data} is plain text; an encoder-decoder trains on sentence pairs "
+                           f"(tatoeba-en-es) or a synthetic task ({', '.join(SYNTHETIC)})")
+    train, val = corpus.pairs("train"), corpus.pairs("validation")
+    if max_pairs:
+        train = train[:max_pairs]
+    # One joint vocabulary for both languages, because encoder and decoder share one embedding
+    # table (as in the 2017 paper's shared BPE).
+    tok = ByteBPETokenizer.train([s for p in train for s in p], vocab_size=vocab_size or 8000)
+    enc = lambda pairs: [(tok.encode(s), tok.encode(t)) for s, t in pairs]
+    return tok, enc(train), enc(val)
+
+
+def save_run_files(out: Path, run: Run, args_dict: dict) -> None:
+    """The tokenizer and the arguments beside the weights, so generate/translate can use the run."""
+    from tformer.io.atomic import atomic_write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    if run.tokenizer is not None:
+        run.tokenizer.save(out / "tokenizer")
+    atomic_write_text(out / "train_args.json", json.dumps(args_dict, indent=1, default=str))
