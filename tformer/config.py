@@ -177,6 +177,11 @@ class ModelConfig:
         # fewer than 4 leaves no exact bucket and the log-spaced formula divides by zero.
         if self.relative_attention_num_buckets < 4 and self.position == "relative":
             raise TformerError("relative_attention_num_buckets must be at least 4")
+        if self.position == "relative" and self.relative_attention_max_distance <= self.relative_attention_num_buckets // 2:
+            raise TformerError(
+                f"relative_attention_max_distance={self.relative_attention_max_distance} must exceed half the "
+                f"buckets ({self.relative_attention_num_buckets // 2}): distances beyond the exact buckets are log-spaced up to it"
+            )
 
     # Conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

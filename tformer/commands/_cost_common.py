@@ -1,0 +1,109 @@
+"""Arguments and formatting shared by `tformer count` and `tformer scale` (not a command itself)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_model_arguments(parser) -> None:
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--preset", help="preset name (see `tformer presets`); default char-small")
+    src.add_argument("--config", metavar="FILE", help="a tformer config JSON (or a Hugging Face config.json)")
+    src.add_argument("--hf", metavar="DIR", help="a Hugging Face model directory (reads its config.json)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+
+
+def add_workload_arguments(parser) -> None:
+    parser.add_argument("--phase", default="forward", choices=["forward", "train", "prefill", "decode"])
+    parser.add_argument("--batch", type=int, default=1, help="sequences per step (default 1)")
+    parser.add_argument("--seq", type=int, default=None,
+                        help="tokens per sequence (encoder-decoder: source length); default the model's max_positions")
+    parser.add_argument("--seq-decoder", type=int, default=None, help="encoder-decoder target length (default --seq)")
+    parser.add_argument("--context", type=int, default=None, help="decode: tokens already in the KV cache (default seq - 1)")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "fp16", "bf16", "int8"],
+                        help="weights (and activations; int8 = weights only, fp16 activations)")
+    parser.add_argument("--optimizer", default="adamw", choices=["sgd", "momentum", "adam", "adamw"])
+    parser.add_argument("--mixed-precision", action="store_true", help="16-bit compute with an fp32 master copy")
+    parser.add_argument("--fp32-grads", action="store_true", help="mixed precision: keep gradients in fp32")
+    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing (recompute each layer)")
+    parser.add_argument("--attention-flops", default="full", choices=["full", "causal"],
+                        help="full s x s (FlopCounterMode; default) or only causal query-key pairs (labelled)")
+    parser.add_argument("--fused-attention", action="store_true", help="no materialised s x s score matrix (flash)")
+    parser.add_argument("--hardware", metavar="NAME|FILE", help="device from the spec table, a JSON file, or 'measured'")
+    parser.add_argument("--efficiency", type=float, default=1.0, help="fraction of the roofs reached (default 1: ideal)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output with exact integers")
+
+
+def load_config(args):
+    from tformer.config import ModelConfig, preset
+
+    if args.config:
+        config = ModelConfig.from_file(args.config)
+    elif args.hf:
+        config = ModelConfig.from_file(args.hf)
+    else:
+        config = preset(args.preset or "char-small")
+    return config.with_overrides(args.set) if args.set else config
+
+
+def load_workload(args, config):
+    from tformer.cost.ledger import Workload
+
+    seq = args.seq if args.seq is not None else config.max_positions
+    return Workload(phase=args.phase, batch=args.batch, seq=seq, context=args.context, seq_decoder=args.seq_decoder,
+                    dtype=args.dtype, optimizer=args.optimizer, mixed_precision=args.mixed_precision,
+                    fp32_grads=args.fp32_grads, checkpointing=args.checkpointing,
+                    attention_flops=args.attention_flops, materialize_scores=not args.fused_attention)
+
+
+def load_device(spec):
+    if not spec:
+        return None
+    from tformer.cost.hardware import resolve_hardware
+
+    return resolve_hardware(spec)
+
+
+def console():
+    from rich.console import Console
+
+    # Piped output (files, CI logs) gets a fixed wide layout so tables do not wrap.
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+# Numbers with their units -------------------------------------------------------------------------------
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def fmt_flops(n) -> str:
+    return f"{n:,} FLOPs ({_si(n, 'FLOP')})"
+
+
+def fmt_params(n) -> str:
+    return f"{n:,} params ({_si(n, '')})".replace(" )", ")")
+
+
+def fmt_bytes(n) -> str:
+    if n < 1000:
+        return f"{n:,} B"
+    return f"{n:,} B ({n / 1e9:.4g} GB, {n / 2**30:.4g} GiB)"
+
+
+def fmt_time(t) -> str:
+    if not isinstance(t, (int, float)):
+        return str(t)
+    if t >= 1:
+        return f"{t:.4g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.4g} ms"
+    if t >= 1e-6:
+        return f"{t * 1e6:.4g} µs"
+    return f"{t * 1e9:.4g} ns"
+
+
+def fmt_rate(v, unit: str) -> str:
+    return _si(v, unit) if isinstance(v, (int, float)) else str(v)

@@ -1,0 +1,158 @@
+"""`tformer count`: the ledger of a model and workload — parameters, FLOPs, memory, and with
+--hardware the roofline time of every op."""
+
+NAME = "count"
+HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, for a model and workload."
+
+
+def add_arguments(parser) -> None:
+    from tformer.commands._cost_common import add_model_arguments, add_workload_arguments
+
+    add_model_arguments(parser)
+    add_workload_arguments(parser)
+    parser.add_argument("--ops", action="store_true", help="print the per-op table")
+    parser.add_argument("--convention", choices=["exact", "course"], default="exact",
+                        help="course: also show the course assignment's per-layer count beside the exact one")
+
+
+def run(args) -> int:
+    import json
+
+    from tformer.commands._cost_common import load_config, load_device, load_workload
+    from tformer.cost.conventions import course_flops
+    from tformer.cost.ledger import ledger
+    from tformer.cost.memory import activation_alternatives
+    from tformer.cost.roofline import roofline
+    from tformer.errors import TformerError
+
+    config = load_config(args)
+    workload = load_workload(args, config)
+    device = load_device(args.hardware)
+    lg = ledger(config, workload)
+    roof = roofline(lg, device, args.efficiency) if device is not None else None
+    if args.efficiency != 1.0 and device is None:
+        raise TformerError("--efficiency scales the roofline; give --hardware too")
+    alternatives = activation_alternatives(config, workload)
+    course = course_flops(lg) if args.convention == "course" else None
+
+    if args.json:
+        out = lg.to_dict(include_ops=True)
+        if alternatives:
+            out["memory"]["activations_alternatives"] = alternatives
+        if course is not None:
+            out["flops"]["course_assignment"] = course
+            out["conventions"]["course_assignment"] = _COURSE_NOTE
+        if roof is not None:
+            rd = roof.to_dict()
+            out["time_s"] = roof.time_s
+            out["roofline"] = {k: v for k, v in rd.items() if k != "ops"}
+            for op, t in zip(out["ops"], roof.ops):
+                op["time_s"], op["bound"], op["attainable_flops"] = t.time_s, t.bound, t.attainable_flops
+        print(json.dumps(out, indent=1))
+        return 0
+    _print_tables(lg, roof, alternatives, course, args.ops)
+    return 0
+
+
+_COURSE_NOTE = ("course assignment: 20·T·d² + 4·T²·d per layer — the four attention projections counted in MACs "
+                "(4·T·d²), the FFN in FLOPs (16·T·d²), QK^T+AV in FLOPs, no LM head; mixes units")
+
+
+def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
+    from rich.table import Table
+
+    from tformer.commands._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_rate, fmt_time
+
+    con = console()
+    c, w = lg.config, lg.workload
+    shape = f"{w.batch} x {w.seq}" + (f" -> {w.seq_decoder or w.seq}" if c.arch == "encoder-decoder" and w.phase != "decode" else "")
+    ctx = f", context {w.decode_context}" if w.phase == "decode" else ""
+    con.print(f"[bold]{getattr(c, 'name', 'custom')}[/] ({c.arch}) · {w.phase} · batch x seq {shape}{ctx} · {w.dtype}"
+              + (f" · {w.optimizer}" if w.training else ""))
+
+    p = lg.params
+    t = Table(title="Parameters (every tensor once; tied embeddings once)")
+    t.add_column("part")
+    t.add_column("count", justify="right")
+    t.add_row("total", fmt_params(p["total"]))
+    t.add_row("embedding (token, type, position tables)", fmt_params(p["embedding"]))
+    t.add_row("non-embedding", fmt_params(p["non_embedding"]))
+    for comp, n in p["by_component"].items():
+        t.add_row(f"  {comp}", fmt_params(n))
+    con.print(t)
+
+    f = lg.flops
+    t = Table(title="FLOPs (2 per multiply-accumulate)")
+    t.add_column("what")
+    t.add_column("FLOPs", justify="right")
+    t.add_row("matmul (= FlopCounterMode)" if w.attention_flops == "full" else "matmul (causal accounting)", fmt_flops(f["matmul"]))
+    t.add_row("element-wise (conventions)", fmt_flops(f["other"]))
+    t.add_row("total", fmt_flops(f["total"]))
+    for phase, v in f["by_phase"].items():
+        t.add_row(f"  {phase} (matmul / total)", f"{v['matmul']:,} / {v['total']:,} FLOPs")
+    r = lg.rules_of_thumb
+    t.add_row(f"rule of thumb {r['rule']} (N={r['N']:,}, D={r['D']:,})", fmt_flops(r["value"]))
+    t.add_row("exact matmul / rule", f"{r['ratio_exact_over_rule']:.4f}" if r["ratio_exact_over_rule"] else "-")
+    if course is not None:
+        t.add_row("course assignment convention (mixes MACs and FLOPs)", f"{course:,} 'FLOPs' ({course / 1e9:.4g} G)")
+        t.add_row("  correct forward matmul count", fmt_flops(lg.flops["by_phase"]["forward"]["matmul"]))
+    con.print(t)
+    con.print(f"[dim]{r['explanation']}[/]")
+
+    m = lg.memory
+    t = Table(title=f"Memory ({m['recipe']})")
+    t.add_column("what")
+    t.add_column("bytes", justify="right")
+    for key in ("weights", "gradients", "optimizer", "activations", "kv_cache", "logits", "total"):
+        t.add_row(key.replace("_", " "), fmt_bytes(m[key]))
+    if w.training:
+        t.add_row("bytes per parameter", ", ".join(f"{k} {v} B" for k, v in m["bytes_per_param"].items()))
+        for key, v in alternatives.items():
+            t.add_row(f"  activations, {key.replace('_', ' ')}", fmt_bytes(v))
+        if m["activations_per_layer"]:
+            first = m["activations_per_layer"][0]
+            t.add_row(f"  activations per layer ({first['stack']} layer {first['layer']})", fmt_bytes(first["bytes"]))
+    if m["kv_cache_per_token"]:
+        t.add_row("KV cache per token per sequence", fmt_bytes(m["kv_cache_per_token"]))
+    con.print(t)
+    con.print(f"[dim]total = {m['total_rule']}; activations: {m['activation_rule']}[/]")
+
+    if roof is not None:
+        t = Table(title=f"Roofline on {roof.device} ({roof.dtype}, efficiency {roof.efficiency:g})")
+        t.add_column("what")
+        t.add_column("value", justify="right")
+        t.add_row("peak", fmt_rate(roof.peak_flops, "FLOP/s"))
+        t.add_row("bandwidth", fmt_rate(roof.bandwidth, "B/s"))
+        t.add_row("ridge point", f"{roof.ridge_point:.4g} FLOP/B" if isinstance(roof.ridge_point, float) else str(roof.ridge_point))
+        t.add_row("predicted time", fmt_time(roof.time_s))
+        for phase, v in roof.time_by_phase.items():
+            t.add_row(f"  {phase}", fmt_time(v))
+        for bound, v in roof.bound_share.items():
+            t.add_row(f"  time in {bound}-bound ops", fmt_time(v))
+        t.add_row("source", roof.source)
+        con.print(t)
+
+    if show_ops:
+        t = Table(title="Ops")
+        t.add_column("name", overflow="fold", min_width=36)  # full module paths, so rows match a profile
+        for col in ("kind", "phase", "shapes", "matmul FLOPs", "other FLOPs", "bytes (B)", "FLOP/B"):
+            t.add_column(col, justify="right" if "FLOP" in col or "bytes" in col else "left")
+        if roof is not None:
+            t.add_column("time")
+            t.add_column("bound")
+        for i, op in enumerate(lg.ops):
+            row = [op.name, op.kind, op.phase, op.shapes, f"{op.matmul_flops:,}", f"{op.other_flops:,}", f"{op.bytes:,}",
+                   f"{op.intensity:.3g}" if op.intensity is not None else "-"]
+            if roof is not None:
+                row += [fmt_time(roof.ops[i].time_s), roof.ops[i].bound]
+            t.add_row(*row)
+        con.print(t)
+
+    t = Table(title="Conventions")
+    t.add_column("topic")
+    t.add_column("convention")
+    for k, v in lg.conventions().items():
+        t.add_row(k, v)
+    if course is not None:
+        t.add_row("course_assignment", _COURSE_NOTE)
+    con.print(t)

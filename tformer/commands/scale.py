@@ -1,0 +1,108 @@
+"""`tformer scale`: what changes when the model or workload grows, where attention overtakes the
+FFN, when decode turns compute-bound, and what a training run or a compute budget buys."""
+
+NAME = "scale"
+HELP = "What-if table (double d_model, layers, seq, batch or any factor), crossovers, training time and compute-optimal sizes."
+
+
+def add_arguments(parser) -> None:
+    from tformer.commands._cost_common import add_model_arguments, add_workload_arguments
+
+    add_model_arguments(parser)
+    add_workload_arguments(parser)
+    parser.add_argument("--factor", type=float, default=2.0, help="multiply each knob by this (default 2)")
+    parser.add_argument("--knobs", default="d_model,n_layers,seq,batch", help="comma-separated: d_model,n_layers,seq,batch")
+    parser.add_argument("--train-tokens", type=float, help="training run: tokens to train on (e.g. 3e11)")
+    parser.add_argument("--devices", type=int, default=1, help="training run: number of devices")
+    parser.add_argument("--utilization", type=float, default=0.4, help="training run: fraction of peak reached (default 0.4)")
+    parser.add_argument("--price", type=float, help="training run: price per device-hour (any currency)")
+    parser.add_argument("--budget", type=float, help="compute budget in FLOPs: Kaplan and Chinchilla optimal sizes")
+
+
+def run(args) -> int:
+    import json
+
+    from tformer.commands._cost_common import load_config, load_device, load_workload
+    from tformer.cost import scaling
+    from tformer.cost.roofline import COMPUTE_DTYPE
+    from tformer.errors import TformerError
+
+    config = load_config(args)
+    workload = load_workload(args, config)
+    device = load_device(args.hardware)
+    knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
+    if args.factor <= 0:
+        raise TformerError(f"--factor must be positive, got {args.factor}")
+    out = {"what_if": scaling.what_if(config, workload, args.factor, device, args.efficiency, knobs),
+           "attention_crossover": scaling.attention_crossover(config)}
+    if device is not None and config.has_decoder:
+        context = workload.decode_context if workload.phase == "decode" else workload.seq - 1
+        out["decode_compute_bound_batch"] = scaling.decode_compute_bound_batch(config, context, device, workload.dtype)
+    if args.train_tokens is not None:
+        if device is None or not device.peak(COMPUTE_DTYPE[workload.dtype]):
+            raise TformerError("--train-tokens needs --hardware with a known peak for the chosen --dtype")
+        tw = workload if workload.phase == "train" else _as_train(workload)
+        out["training_run"] = scaling.training_run(
+            config, args.train_tokens, args.devices, args.utilization, device.peak(COMPUTE_DTYPE[workload.dtype]),
+            price_per_device_hour=args.price, workload=tw)
+    if args.budget is not None:
+        if args.budget <= 0:
+            raise TformerError(f"--budget must be a positive number of FLOPs, got {args.budget}")
+        out["compute_optimal"] = {"chinchilla_20_tokens_per_param": scaling.chinchilla_optimal(args.budget),
+                                  "chinchilla_fit": scaling.chinchilla_optimal_fit(args.budget),
+                                  "kaplan": scaling.kaplan_optimal(args.budget)}
+    if args.json:
+        print(json.dumps(out, indent=1, default=str))
+        return 0
+    _print(out, config, workload, args.factor)
+    return 0
+
+
+def _as_train(workload):
+    from dataclasses import replace
+
+    return replace(workload, phase="train", context=None)
+
+
+def _print(out, config, workload, factor) -> None:
+    from rich.table import Table
+
+    from tformer.commands._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_time
+
+    con = console()
+    wi = out["what_if"]
+    base = wi["base"]
+    t = Table(title=f"What if each knob is x{factor:g}? ({getattr(config, 'name', 'custom')}, {workload.phase}, "
+                    f"batch {workload.batch}, seq {workload.seq}, {workload.dtype})")
+    for col in ("knob", "params", "FLOPs", "activations", "KV cache", "time"):
+        t.add_column(col, justify="left" if col == "knob" else "right")
+    t.add_row("baseline", fmt_params(base["params"]), fmt_flops(base["flops"]), fmt_bytes(base["activations"]),
+              fmt_bytes(base["kv_cache"]), fmt_time(base["time_s"]) if base["time_s"] is not None else "- (no --hardware)")
+
+    def ratio(r):
+        return f"x{r:.3f}" if r is not None else "-"
+
+    for row in wi["rows"]:
+        r = row["ratios"]
+        t.add_row(f"{row['knob']} x{factor:g}", ratio(r["params"]), ratio(r["flops"]), ratio(r["activations"]),
+                  ratio(r["kv_cache"]), ratio(r["time_s"]))
+    con.print(t)
+    x = out["attention_crossover"]
+    con.print(f"QK^T + AV overtake the FFN at seq ≈ {x['vs_ffn']:,} tokens and the q/k/v/o projections at "
+              f"seq ≈ {x['vs_projections']:,} tokens ({x['note']})")
+    if "decode_compute_bound_batch" in out:
+        d = out["decode_compute_bound_batch"]
+        if d.get("batch"):
+            con.print(f"decode turns compute-bound at batch ≥ {d['batch']:,} (ridge {d['ridge_point']:.4g} FLOP/B)")
+        else:
+            con.print(f"decode compute-bound batch: {d.get('batch') or 'never'} — {d.get('reason', '')}")
+    if "training_run" in out:
+        r = out["training_run"]
+        line = (f"training on {r['tokens']:.4g} tokens: {fmt_flops(int(r['flops']))} (6ND rule {r['flops_6nd']:.4g} FLOPs), "
+                f"{fmt_time(r['seconds'])} wall-clock, {r['device_hours']:,.1f} device-hours")
+        if "cost" in r:
+            line += f", cost {r['cost']:,.2f} (price x device-hours)"
+        con.print(line)
+    if "compute_optimal" in out:
+        for name, v in out["compute_optimal"].items():
+            con.print(f"{name}: N = {v['params']:.4g} params, D = {v['tokens']:.4g} tokens ({v['rule']})")
