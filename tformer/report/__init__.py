@@ -1,0 +1,1 @@
+"""`tformer report`: the whole system analysis of a model on this machine, and its pieces."""

@@ -1,0 +1,1 @@
+"""Teaching tools: attention worked through by hand (`tformer attention --walkthrough`)."""
