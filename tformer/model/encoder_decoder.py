@@ -37,13 +37,17 @@ class EncoderDecoderModel(TransformerModel):
         return h, weights
 
     def decode(self, decoder_input_ids, memory, memory_mask=None, decoder_attention_mask=None,
-               cache=None, position_ids=None, output_attentions=False):
-        """(B, T) target ids attending to memory -> (logits (B, T, vocab), hidden, self and cross weights)."""
+               cache=None, position_ids=None, output_attentions=False, logits_to_keep=0):
+        """(B, T) target ids attending to memory -> (logits (B, T, vocab), hidden, self and cross weights).
+
+        logits_to_keep > 0: logits for the last n positions only (what generation needs).
+        """
         h, self_w, cross_w = self.decoder(
             self.embed(decoder_input_ids), decoder_attention_mask, position_ids,
             memory=memory, memory_mask=memory_mask, cache=cache, need_weights=output_attentions,
         )
-        out = h * self.config.d_model**-0.5 if self.config.rescale_tied_head else h
+        out = h[:, -logits_to_keep:] if logits_to_keep else h
+        out = out * self.config.d_model**-0.5 if self.config.rescale_tied_head else out
         logits = self.lm_head(out)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias

@@ -13,7 +13,6 @@ STD = 0.02  # GPT-2 / BERT
 
 def init_weights(model: nn.Module) -> None:
     config = model.config
-    embed_std = config.d_model**-0.5 if config.scale_embeddings else STD  # keeps sqrt(d)-scaled inputs near unit size
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, 0.0, STD)
@@ -21,7 +20,10 @@ def init_weights(model: nn.Module) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, (LearnedPositions, RelativePositionBias)):
             nn.init.normal_(module.weight, 0.0, STD)
-    nn.init.normal_(model.tok_embed.weight, 0.0, embed_std)
+    # Small even when the model scales embeddings by sqrt(d_model): with a tied output layer, a
+    # unit-size embedding makes every position's logits favour its own input token (the residual
+    # stream carries it), a minimum that a small encoder-decoder never left on the copy task.
+    nn.init.normal_(model.tok_embed.weight, 0.0, STD)
     # Residual branches add up over depth; scale their output projections by 1/sqrt(2 * layers)
     # so the residual stream's variance stays put (GPT-2 paper, section 2.3).
     n_residual = 2 * (config.n_layers + (config.decoder_layers if config.arch == "encoder-decoder" else 0))

@@ -1,0 +1,247 @@
+"""Decode speed: tformer's generate vs transformers' generate on the same weights, the KV cache's
+speed-up as the context grows, and each decode step against its memory-bandwidth roofline.
+
+    python bench/decode_speed.py                 # char-small and gpt2 (random weights), ~2-3 minutes
+    python bench/decode_speed.py --models gpt2 --batches 1 --json decode.json
+
+What is measured (CPU, fp32, random weights: speed does not depend on the values):
+  1. decode tokens/s at batch 1 and 8, with and without the cache, ours and transformers'. Both
+     are timed the same way: wall clock of generate(N+1 new tokens) minus generate(1 new token),
+     so the prefill and per-call set-up cancel and what is left is N decode steps. Ours and
+     theirs alternate within each repeat, so machine noise hits both; the best repeat is kept.
+  2. cached vs uncached time per decode step at contexts 128, 512, 1024 (gpt2; char-small stops
+     at its 128-token window): with the cache a step reads n cached keys; without it the model
+     reruns all n tokens.
+  3. the roofline bound of a cached decode step: a step must read every weight once plus the KV
+     cache, so time >= (weight bytes + KV bytes) / memory bandwidth. The bandwidth is this
+     machine's measured profile (`tformer bench`) if one is saved, else a copy measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+import tformer
+from tformer.config import preset
+from tformer.generate import DecoderOnlyState, generate
+from tformer.model import build
+
+
+# Machine ------------------------------------------------------------------------------------
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def measured_bandwidth() -> tuple[float, str]:
+    """Bytes/s to main memory: the saved bench profile if there is one, else a copy measured now."""
+    try:
+        from tformer.cost.hardware import resolve_hardware
+
+        device = resolve_hardware("measured")
+        if device.bandwidth:
+            return float(device.bandwidth), f"saved profile ({device.source})"
+    except Exception:  # no profile saved (or the measure package is not there): measure below
+        pass
+    # STREAM-style copy of 512 MiB, far beyond any cache: bytes read + bytes written per second.
+    n = 512 * 2**20 // 4
+    src, dst = torch.ones(n), torch.empty(n)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n * 4 / best, "copy of 512 MiB measured now (read + write bytes)"
+
+
+# Models -------------------------------------------------------------------------------------
+def make_pair(name: str):
+    """Our model with random weights and transformers' GPT2LMHeadModel holding the same weights."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    config = preset(name, dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(0)
+    ours = build(config).eval()
+    with tempfile.TemporaryDirectory() as d:
+        tformer.save_hf(ours, d)
+        theirs = transformers.AutoModelForCausalLM.from_pretrained(d).eval()
+    return ours, theirs
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())  # tied tensors once
+
+
+# Timing -------------------------------------------------------------------------------------
+def time_call(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def ours_generate(model, ids, n, use_cache):
+    return lambda: generate(model, ids, max_new_tokens=n, stop_tokens=[], use_cache=use_cache)
+
+
+def hf_generate(model, ids, n, use_cache):
+    mask = torch.ones_like(ids)
+
+    def call():
+        with torch.no_grad():
+            model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                           use_cache=use_cache, pad_token_id=0, eos_token_id=None)
+    return call
+
+
+def decode_rates(ours, theirs, batch, prompt, new, use_cache, repeats):
+    """Best-of-repeats decode tokens/s for ours and theirs, measured alternately."""
+    ids = torch.randint(0, ours.config.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(1))
+    calls = {"ours": (ours_generate(ours, ids, 1, use_cache), ours_generate(ours, ids, new + 1, use_cache)),
+             "hf": (hf_generate(theirs, ids, 1, use_cache), hf_generate(theirs, ids, new + 1, use_cache))}
+    for short, long in calls.values():  # warm-up: first calls pay one-time set-up
+        short()
+        short()
+    best = {k: 0.0 for k in calls}
+    for _ in range(repeats):
+        for key, (short, long) in calls.items():
+            dt = time_call(long) - time_call(short)
+            if dt > 0:
+                best[key] = max(best[key], batch * new / dt)
+    return best
+
+
+def step_times(model, batch, context, steps, repeats):
+    """Seconds per decode step at ``context`` tokens: (cached, uncached, KV bytes), best of repeats."""
+    ids = torch.randint(0, model.config.vocab_size, (batch, context), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    token = torch.zeros(batch, dtype=torch.long)
+    best_cached = best_uncached = float("inf")
+    kv_bytes = 0
+    with torch.no_grad():
+        for rep in range(repeats):
+            # Cached: prefill context - steps tokens, then time the steps that bring it to context.
+            cached = DecoderOnlyState(model, ids[:, : context - steps], mask[:, : context - steps], True, None)
+            cached.start()
+            cached.advance(token)  # warm the step path
+            t = time.perf_counter()
+            for _ in range(steps - 1):
+                cached.advance(token)
+            best_cached = min(best_cached, (time.perf_counter() - t) / (steps - 1))
+            kv_bytes = cached.cache.nbytes
+            # Uncached: a step at context n reruns the model over all n tokens (last logits only).
+            # Seconds long at large n, so its noise is small: one timing is enough there.
+            if rep == 0 or context <= 256:
+                uncached = DecoderOnlyState(model, ids, mask, False, None)
+                t = time.perf_counter()
+                uncached.start()
+                best_uncached = min(best_uncached, time.perf_counter() - t)
+    return best_cached, best_uncached, kv_bytes
+
+
+def read_bandwidth() -> float:
+    """Bytes/s of a read-only stream (a sum over 512 MiB): what a decode step's weight reads can hope for."""
+    x = torch.ones(512 * 2**20 // 4)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best
+
+
+# Main -------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="char-small,gpt2")
+    p.add_argument("--batches", default="1,8")
+    p.add_argument("--prompt", type=int, default=16, help="prompt tokens for the tokens/s comparison")
+    p.add_argument("--new", type=int, default=16, help="decode steps timed per generate call")
+    p.add_argument("--contexts", default="128,512,1024")
+    p.add_argument("--context-batches", default="1", help="batches for the context sweep (e.g. 1,8)")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--no-uncached-hf", action="store_true", help="skip transformers without its cache")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's choice). On a shared machine use 1: with every core "
+                        "threaded, one busy core stalls every op at its barrier and timings fall apart")
+    p.add_argument("--json", default=None, metavar="FILE")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = [m for m in args.models.split(",") if m]
+    batches = [int(b) for b in args.batches.split(",")]
+    contexts = [int(c) for c in args.contexts.split(",")]
+
+    import transformers
+
+    bandwidth, bw_source = measured_bandwidth()
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, python {sys.version.split()[0]}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"load average before the run: {load:.2f} (other processes share these cores; compare ratios)")
+    read_bw = read_bandwidth()
+    print(f"memory bandwidth: {bandwidth / 1e9:.1f} GB/s ({bw_source}); read-only stream "
+          f"{read_bw / 1e9:.1f} GB/s (sum over 512 MiB). The bound below uses the first.")
+    print(f"settings: fp32, random weights, greedy, prompt {args.prompt} tokens, {args.new} decode steps per call, "
+          f"best of {args.repeats}; tokens/s = batch x steps / seconds (GB = 1e9 bytes)")
+    results = {"machine": cpu_name(), "bandwidth_bytes_per_s": bandwidth, "bandwidth_source": bw_source,
+               "read_bandwidth_bytes_per_s": read_bw, "threads": torch.get_num_threads(),
+               "decode": [], "context": [], "torch": torch.__version__, "transformers": transformers.__version__}
+
+    for name in models:
+        t0 = time.perf_counter()
+        ours, theirs = make_pair(name)
+        wbytes = weight_bytes(ours)
+        print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, {wbytes / 1e6:.0f} MB of fp32 weights")
+        print(f"{'batch':>5} {'cache':>6} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8}")
+        for batch in batches:
+            for use_cache in (True, False):
+                if not use_cache and args.no_uncached_hf:
+                    continue
+                r = decode_rates(ours, theirs, batch, args.prompt, args.new, use_cache, args.repeats)
+                ratio = r["ours"] / r["hf"] if r["hf"] else float("nan")
+                print(f"{batch:>5} {'yes' if use_cache else 'no':>6} {r['ours']:>11.1f} {r['hf']:>10.1f} {ratio:>7.2f}x")
+                results["decode"].append({"model": name, "batch": batch, "cache": use_cache,
+                                          "ours_tokens_per_s": r["ours"], "hf_tokens_per_s": r["hf"], "ratio": ratio})
+        del theirs
+
+        limit = ours.config.max_positions
+        ctxs = [c for c in contexts if c <= limit] or [limit]
+        print(f"{'context':>7} {'batch':>5} {'cached ms':>10} {'uncached ms':>12} {'speed-up':>9} "
+              f"{'KV MB':>7} {'bound ms':>9} {'step/bound':>10} {'step/read-bound':>15}")
+        for batch in [int(b) for b in args.context_batches.split(",")]:
+            for ctx in ctxs:
+                cached, uncached, kv = step_times(ours, batch, ctx, steps=6, repeats=args.repeats)
+                bound = (wbytes + kv) / bandwidth
+                print(f"{ctx:>7} {batch:>5} {cached * 1e3:>10.2f} {uncached * 1e3:>12.1f} {uncached / cached:>8.1f}x "
+                      f"{kv / 1e6:>7.1f} {bound * 1e3:>9.2f} {cached / bound:>9.2f}x "
+                      f"{cached / ((wbytes + kv) / read_bw):>14.2f}x")
+                results["context"].append({"model": name, "batch": batch, "context": ctx, "cached_s": cached,
+                                           "uncached_s": uncached, "speedup": uncached / cached, "kv_bytes": kv,
+                                           "weight_bytes": wbytes, "bound_s": bound, "step_over_bound": cached / bound})
+        print(f"({name} took {time.perf_counter() - t0:.0f} s)")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""`tformer generate`: continue a prompt with a trained or Hugging Face checkpoint.
+
+    tformer generate --ckpt runs/char/final --prompt "ROMEO:" --max-new-tokens 200 --top-p 0.9 --seed 0
+    tformer generate --hf ./gpt2 --prompt "Hello" --greedy --no-cache      # the lecture's comparison
+    tformer generate --ckpt runs/x --prompt-ids 1,2,3 --num-beams 4 --json
+"""
+
+from __future__ import annotations
+
+NAME = "generate"
+HELP = "Generate text with the KV cache (greedy, sampling or beam search); prints prefill and decode tokens/s."
+
+
+def add_source_arguments(parser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt", metavar="DIR", help="training output: config.json + model.safetensors (+ tokenizer)")
+    src.add_argument("--hf", metavar="DIR", help="a local Hugging Face model folder (config.json, weights, tokenizer.json)")
+
+
+def add_decoding_arguments(parser, default_max: int) -> None:
+    parser.add_argument("--max-new-tokens", type=int, default=default_max, metavar="N")
+    parser.add_argument("--greedy", action="store_true", help="always take the most likely token")
+    parser.add_argument("--temperature", type=float, default=1.0, help="> 0; below 1 sharpens, above 1 flattens")
+    parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0 = off)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling, in (0, 1] (1 = off)")
+    parser.add_argument("--min-p", type=float, default=0.0, help="drop tokens below min_p x the top probability")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1 discourages repeats (1 = off)")
+    parser.add_argument("--num-beams", type=int, default=1, help="beam search width (1 = no beam search)")
+    parser.add_argument("--length-penalty", type=float, default=1.0,
+                        help="beam score = log p / length**this (> 0 favours longer outputs)")
+    parser.add_argument("--early-stopping", choices=["false", "true", "never"], default="false",
+                        help="beam search: stop when K hypotheses are done (true), when none can improve (false), "
+                             "or only on the exact bound (never)")
+    parser.add_argument("--stop-ids", default=None, metavar="IDS",
+                        help="comma-separated stop token ids (default: the model's EOS; '' = none)")
+    parser.add_argument("--seed", type=int, default=None, help="seed the sampler for reproducible output")
+    parser.add_argument("--batch", type=int, default=1, metavar="N", help="repeat a single prompt N times")
+    parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix at every step")
+    parser.add_argument("--static-cache", action="store_true", help="pre-allocate the KV cache instead of growing it")
+    parser.add_argument("--truncate", action="store_true", help="cut a prompt that exceeds the context window")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (ids, text, tokens/s)")
+
+
+def add_arguments(parser) -> None:
+    add_source_arguments(parser)
+    parser.add_argument("--prompt", action="append", default=None,
+                        help="prompt text (repeat for a batch); default: read stdin")
+    parser.add_argument("--prompt-ids", action="append", default=None, metavar="IDS",
+                        help="prompt as comma-separated token ids, e.g. 1,2,3 (repeat for a batch)")
+    add_decoding_arguments(parser, default_max=64)
+
+
+# Loading ------------------------------------------------------------------------------------
+def load_source(args):
+    """(model, tokenizer or None, a label for the output) from --ckpt or --hf."""
+    from pathlib import Path
+
+    from tformer.errors import TformerError
+
+    if args.hf:
+        import tformer
+
+        model = tformer.load_hf(args.hf)
+        return model, _hf_tokenizer(Path(args.hf)), str(args.hf)
+    if not args.ckpt:
+        raise TformerError("pass --ckpt DIR or --hf DIR")
+    model, tokenizer = load_checkpoint_dir(Path(args.ckpt))
+    return model, tokenizer, str(args.ckpt)
+
+
+def load_checkpoint_dir(path):
+    """A training output directory: config.json + model.safetensors (or its final/ subfolder)."""
+    import json
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_model
+
+    from tformer.config import ModelConfig
+    from tformer.errors import TformerError
+    from tformer.model import build
+
+    if not path.is_dir():
+        raise TformerError(f"checkpoint directory {path} does not exist")
+    weights_dir = path
+    if not (path / "model.safetensors").is_file() and (path / "final" / "model.safetensors").is_file():
+        weights_dir = path / "final"  # a training run's output folder: the exported weights live in final/
+    if not (weights_dir / "config.json").is_file() or not (weights_dir / "model.safetensors").is_file():
+        raise TformerError(f"{path} has no config.json + model.safetensors; pass a training output folder "
+                           "(or --hf for a Hugging Face folder)")
+    try:
+        data = json.loads((weights_dir / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TformerError(f"{weights_dir / 'config.json'} is not valid JSON ({exc}); re-export the checkpoint") from None
+    if not isinstance(data, dict):
+        raise TformerError(f"{weights_dir / 'config.json'} must hold a JSON object")
+    if "model_type" in data:
+        raise TformerError(f"{weights_dir} holds a Hugging Face config; load it with --hf instead of --ckpt")
+    config = ModelConfig.from_dict(data)
+    model = build(config, init=False)
+    try:
+        missing, unexpected = load_model(model, str(weights_dir / "model.safetensors"), strict=False)
+    except (SafetensorError, RuntimeError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TformerError(f"cannot load {weights_dir / 'model.safetensors'}: {first}; is it complete and "
+                           "does config.json match it?") from None
+    if missing or unexpected:
+        names = (missing or unexpected)[:3]
+        what = "is missing" if missing else "has unexpected"
+        raise TformerError(f"{weights_dir / 'model.safetensors'} {what} tensors {names}; does config.json match it?")
+    return model.eval(), _tformer_tokenizer(weights_dir, path)
+
+
+def _tformer_tokenizer(*dirs):
+    try:
+        from tformer.data import tokenizers
+    except ImportError:  # the data package is optional here: without it only --prompt-ids works
+        return None
+    for d in dirs:
+        if (d / tokenizers.DESCRIPTOR).is_file():
+            return tokenizers.load(d)
+    return None
+
+
+class _HFTokenizerAdapter:
+    """HF `tokenizers` Tokenizer behind the same encode/decode calls as tformer's tokenizers."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def encode(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, skip_special=False):
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+
+def _hf_tokenizer(directory):
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    from tformer.errors import TformerError
+
+    try:
+        return _HFTokenizerAdapter(Tokenizer.from_file(str(path)))
+    except Exception as exc:  # the library raises its own exception type for a malformed file
+        raise TformerError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+
+
+# Settings -----------------------------------------------------------------------------------
+def _ids(text: str, what: str) -> list[int]:
+    from tformer.errors import TformerError
+
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise TformerError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
+
+
+def generation_config(args):
+    from tformer.errors import TformerError
+    from tformer.generate import GenerationConfig
+
+    if args.batch < 1:
+        raise TformerError(f"--batch must be at least 1, got {args.batch}")
+    early = {"false": False, "true": True, "never": "never"}[args.early_stopping]
+    beams = args.num_beams > 1
+    sampling_flags = args.temperature != 1.0 or args.top_k or args.top_p != 1.0 or args.min_p
+    if beams and sampling_flags:
+        raise TformerError("beam search does not sample; drop --temperature/--top-k/--top-p/--min-p or use --num-beams 1")
+    stop = None if args.stop_ids is None else _ids(args.stop_ids, "--stop-ids")
+    return GenerationConfig(
+        max_new_tokens=args.max_new_tokens, do_sample=not (args.greedy or beams), temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
+        num_beams=args.num_beams, length_penalty=args.length_penalty, early_stopping=early, stop_tokens=stop,
+        use_cache=not args.no_cache, static_cache=args.static_cache, seed=args.seed, truncate=args.truncate,
+    ).validate()
+
+
+def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[str] | None]:
+    import sys
+
+    from tformer.errors import TformerError
+
+    texts = None
+    if getattr(args, "prompt_ids", None):
+        rows = [_ids(t, "--prompt-ids") for t in args.prompt_ids]
+    else:
+        texts = args.prompt if args.prompt is not None else [sys.stdin.read()]
+        if tokenizer is None:
+            raise TformerError(f"this checkpoint has no tokenizer, so a text {what} cannot be encoded; "
+                               "pass token ids with --prompt-ids 1,2,3")
+        rows = [tokenizer.encode(t) for t in texts]
+    if any(len(r) == 0 for r in rows):
+        raise TformerError(f"empty {what}: give at least one token (text that encodes to no tokens counts as empty)")
+    if args.batch > 1:
+        if len(rows) > 1:
+            raise TformerError("--batch repeats a single prompt; with several prompts the batch is already set")
+        rows, texts = rows * args.batch, (texts * args.batch if texts else None)
+    return rows, texts
+
+
+# Output -------------------------------------------------------------------------------------
+def report(out, rows, tokenizer, cfg, as_json: bool, label: str, streamed: bool = False) -> None:
+    import json
+
+    def text(ids):
+        return tokenizer.decode(ids) if tokenizer is not None else None
+
+    if as_json:
+        print(json.dumps({
+            "model": label,
+            "sequences": [{"prompt_ids": p, "ids": s, "text": text(s)} for p, s in zip(rows, out.sequences)],
+            "scores": out.scores.tolist() if out.scores is not None else None,
+            "prefill_tokens": out.prefill_tokens, "prefill_seconds": out.prefill_seconds,
+            "prefill_tokens_per_s": out.prefill_tokens_per_s,
+            "decode_tokens": out.decode_tokens, "decode_seconds": out.decode_seconds,
+            "decode_tokens_per_s": out.decode_tokens_per_s,
+            "cache": "none" if not cfg.use_cache else ("static" if cfg.static_cache else "growing"),
+            "cache_bytes": out.cache_bytes, "hit_context_limit": out.hit_context_limit, "truncated": out.truncated,
+            "settings": {k: v for k, v in vars(cfg).items()},
+        }, default=str))
+        return
+    if not streamed:
+        for i, seq in enumerate(out.sequences):
+            head = f"[{i}] " if len(out.sequences) > 1 else ""
+            print(head + (text(seq) if tokenizer is not None else " ".join(map(str, seq))))
+    cache = "no cache" if not cfg.use_cache else f"{'static' if cfg.static_cache else 'growing'} KV cache"
+    print(f"prefill: {out.prefill_tokens} tokens in {out.prefill_seconds * 1e3:.1f} ms "
+          f"({out.prefill_tokens_per_s:,.0f} tokens/s) | decode: {out.decode_tokens} tokens in "
+          f"{out.decode_seconds * 1e3:.1f} ms ({out.decode_tokens_per_s:,.1f} tokens/s) | {cache}, "
+          f"{out.cache_bytes:,} bytes (CPU clock; fp32)" if out.decode_tokens else
+          f"prefill: {out.prefill_tokens} tokens in {out.prefill_seconds * 1e3:.1f} ms | decode: no steps | {cache}")
+    if out.hit_context_limit:
+        print(f"note: stopped at the model's context window ({len(out.sequences[0])} new tokens)")
+    if out.truncated:
+        print("note: the prompt was truncated to fit the context window")
+
+
+def warm_up(model) -> None:
+    """One tiny forward pass first, so one-time library set-up (kernel selection, thread pools,
+    lazy allocations) is not billed to the prefill tokens/s that we print."""
+    import torch
+
+    with torch.no_grad():
+        ids = torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device)
+        if model.config.arch == "encoder-decoder":
+            model(ids, decoder_input_ids=ids)
+        else:
+            model(ids)
+
+
+def run(args) -> int:
+    import sys
+
+    from tformer.errors import TformerError
+    from tformer.generate import generate
+
+    cfg = generation_config(args)
+    model, tokenizer, label = load_source(args)
+    if model.config.arch == "encoder":
+        raise TformerError(f"{label} is an encoder-only model (no decoder); it cannot generate text. "
+                           "Use a decoder or encoder-decoder checkpoint")
+    if model.config.arch == "encoder-decoder":
+        raise TformerError(f"{label} is an encoder-decoder model; use `tformer translate` for it")
+    rows, _ = prompt_rows(args, tokenizer)
+
+    # One prompt, no beams, plain output: print tokens as they arrive.
+    streamer, streamed = None, False
+    if not args.json and len(rows) == 1 and cfg.num_beams == 1:
+        produced: list[int] = []
+        shown = [""]  # text printed so far; a token may change how earlier bytes decode
+
+        def streamer(tokens):
+            produced.append(int(tokens[0]))
+            if tokenizer is not None:
+                full = tokenizer.decode(produced)
+                sys.stdout.write(full[len(shown[0]):])
+                shown[0] = full
+            else:
+                sys.stdout.write(f"{produced[-1]} ")
+            sys.stdout.flush()
+
+        streamed = True
+    warm_up(model)
+    out = generate(model, rows, config=cfg, streamer=streamer)
+    if streamed:
+        print()
+    report(out, rows, tokenizer, cfg, args.json, label, streamed=streamed)
+    return 0
