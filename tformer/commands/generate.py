@@ -111,13 +111,13 @@ def load_checkpoint_dir(path):
 
 
 def _tformer_tokenizer(*dirs):
-    try:
-        from tformer.data import tokenizers
-    except ImportError:  # the data package is optional here: without it only --prompt-ids works
-        return None
+    """The tokenizer `tformer train` saved: in the weights folder, or the run's tokenizer/ folder."""
+    from tformer.data import tokenizers
+
     for d in dirs:
-        if (d / tokenizers.DESCRIPTOR).is_file():
-            return tokenizers.load(d)
+        for candidate in (d, d / "tokenizer", d.parent / "tokenizer"):
+            if (candidate / tokenizers.DESCRIPTOR).is_file():
+                return tokenizers.load(candidate)
     return None
 
 

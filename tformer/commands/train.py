@@ -127,16 +127,10 @@ def _sampler(run_):
     tok = run_.tokenizer
 
     def sample(model):
-        import torch
-
         from tformer.generate import generate
 
-        start = tok.encode("\n") or [0]
-        was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            ids = generate(model, torch.tensor([start]), max_new_tokens=200, temperature=0.8, top_k=40, seed=0)
-        model.train(was_training)
-        return repr(tok.decode(ids[0].tolist()))
+        prompt = tok.encode("\n") or [0]
+        out = generate(model, [prompt], max_new_tokens=200, do_sample=True, temperature=0.8, top_k=40, seed=0)
+        return repr(tok.decode(prompt + out.sequences[0]))
 
     return sample
