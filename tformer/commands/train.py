@@ -97,11 +97,29 @@ def run(args) -> int:
     if args.resume:
         trainer.resume()
     result = trainer.run()
+    if world.rank == 0 and run_.objective == "seq2seq":
+        _report_decoding(run_, out, log)
     if world.rank == 0 and "val_loss" in result:
         log(f"done: step {result['step']}, val loss {result['val_loss']:.4f} nats/token "
             f"(ppl {math.exp(min(result['val_loss'], 50)):.2f}); weights in {out / 'final'}")
     distributed.shutdown()
     return 0
+
+
+def _report_decoding(run_, out, log) -> None:
+    """Decode held-out sources and score them (exact match; BLEU for text), saved to decode_eval.json."""
+    import json
+    from dataclasses import asdict
+
+    from tformer.io.atomic import atomic_write_text
+    from tformer.train.evaluate import decode_scores
+
+    scores = decode_scores(run_.model.eval(), run_.source.val, run_.tokenizer)
+    bleu = f", BLEU {scores.bleu:.1f}" if scores.bleu is not None else ""
+    log(f"held-out decoding ({scores.pairs} pairs, greedy): exact match {scores.exact_match:.1%}{bleu}")
+    for src, ref, hyp in scores.examples[:3]:
+        log(f"  {src!r} -> {hyp!r} (reference {ref!r})")
+    atomic_write_text(out / "decode_eval.json", json.dumps(asdict(scores), indent=1))
 
 
 def _flops_and_peak(config, seq_len, tokens_per_row, args, device, log):
