@@ -129,8 +129,10 @@ def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pai
         raise TformerError(f"{data} is plain text; an encoder-decoder trains on sentence pairs "
                            f"(tatoeba-en-es) or a synthetic task ({', '.join(SYNTHETIC)})")
     train, val = corpus.pairs("train"), corpus.pairs("validation")
-    if max_pairs:
-        train = train[:max_pairs]
+    if max_pairs and max_pairs < len(train):
+        # A seeded sample, not the first N: the corpus file is ordered by length, shortest first.
+        keep = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))[:max_pairs]
+        train = [train[i] for i in sorted(keep.tolist())]
     # One joint vocabulary for both languages, because encoder and decoder share one embedding
     # table (as in the 2017 paper's shared BPE).
     tok = ByteBPETokenizer.train([s for p in train for s in p], vocab_size=vocab_size or 8000)
