@@ -268,7 +268,7 @@ def run(args) -> int:
     rows, _ = prompt_rows(args, tokenizer)
 
     # One prompt, no beams, plain output: print tokens as they arrive.
-    streamer, streamed = None, False
+    streamer = None
     if not args.json and len(rows) == 1 and cfg.num_beams == 1:
         produced: list[int] = []
         shown = [""]  # text printed so far; a token may change how earlier bytes decode
@@ -283,7 +283,7 @@ def run(args) -> int:
                 sys.stdout.write(f"{produced[-1]} ")
             sys.stdout.flush()
 
-        streamed = True
+    streamed = streamer is not None
     warm_up(model)
     out = generate(model, rows, config=cfg, streamer=streamer)
     if streamed:

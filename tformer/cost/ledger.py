@@ -447,7 +447,7 @@ class _Builder:
                          saved=self.dropout_mask(self.c.dropout, elems), shapes=f"[{rows}, {self.c.d_model}] + same")
 
     def lm_head(self, rows, name) -> None:
-        c, a = self.c, self.a
+        c = self.c
         d, V = c.d_model, c.vocab_size
         op = self.linear(name, "lm_head", None, "", rows, d, V, False, owns_weight=not c.tied_embeddings)
         if c.arch == "encoder-decoder" and c.rescale_tied_head:

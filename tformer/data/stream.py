@@ -12,14 +12,13 @@ sidecar is complete; the sidecar records dtype, token count, vocabulary size and
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from tformer.errors import TformerError
+from tformer.io.atomic import atomic_file, atomic_write_text
 
 FORMAT = "tformer-tokens"
 VERSION = 1
@@ -36,24 +35,15 @@ def write_stream(path, chunks, vocab_size: int, meta: dict | None = None) -> Tok
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     dtype = dtype_for(vocab_size)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     count = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                arr = np.asarray(chunk, dtype=np.int64)
-                if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
-                    raise TformerError(f"token id {int(arr.max())} does not fit a vocabulary of {vocab_size}; "
-                                       "the tokenizer and vocab_size disagree")
-                f.write(arr.astype(dtype).tobytes())
-                count += arr.size
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary, shareable files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as f:
+        for chunk in chunks:
+            arr = np.asarray(chunk, dtype=np.int64)
+            if arr.size and (arr.min() < 0 or arr.max() >= vocab_size):
+                raise TformerError(f"token id {int(arr.max())} does not fit a vocabulary of {vocab_size}; "
+                                   "the tokenizer and vocab_size disagree")
+            f.write(arr.astype(dtype).tobytes())
+            count += arr.size
     sidecar = {"format": FORMAT, "version": VERSION, "dtype": dtype.name, "count": count,
                "vocab_size": vocab_size, **(meta or {})}
     _atomic_write_json(sidecar_path(path), sidecar)
@@ -65,8 +55,6 @@ def sidecar_path(path: Path) -> Path:
 
 
 def _atomic_write_json(path: Path, obj) -> None:
-    from tformer.data.tokenizers import atomic_write_text
-
     atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tformer.errors import TformerError
+from tformer.io.atomic import atomic_write_bytes, atomic_write_text
 
 DESCRIPTOR = "tformer-tokenizer.json"  # not tokenizer.json: that name belongs to HF's file
 FORMAT_VERSION = 1
@@ -97,26 +98,6 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size}, special_ids={self.special_ids})"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary name in the same folder and rename, so readers never see half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary, shareable files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------
