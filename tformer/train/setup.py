@@ -35,7 +35,9 @@ def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | 
     if config_file:
         config = ModelConfig.from_file(config_file)
     elif hf_dir:
-        config = ModelConfig.from_file(Path(hf_dir) / "config.json")
+        from tformer.data.weights import checkpoint_dir
+
+        config = ModelConfig.from_file(checkpoint_dir(hf_dir) / "config.json")
     else:
         config = preset(preset_name or "char-small")
     return config.with_overrides(overrides) if overrides else config
@@ -61,7 +63,9 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
         from tformer.data.prepare import prepare
 
         if hf_dir and tokenizer == "char":
-            tokenizer = hf_dir  # fine-tuning: the checkpoint's own WordPiece vocabulary
+            from tformer.data.weights import checkpoint_dir
+
+            tokenizer = str(checkpoint_dir(hf_dir))  # fine-tuning: the checkpoint's own WordPiece vocabulary
         token_data = prepare(data, tokenizer, vocab_size)
         tok = token_data.tokenizer()
         train_ids, val_ids = token_data["train"].tokens, token_data["validation"].tokens
