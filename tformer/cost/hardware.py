@@ -47,9 +47,38 @@ class Device:
     # tensor cores add, which is why they are kept apart.
     vector_flops: dict[str, float] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    # Measured detail (a `tformer bench` profile; absent for table and formula devices). The single
+    # peak and bandwidth above make the textbook roofline; these let the roofline predict each op at
+    # its own size: small matmuls run below the peak, and read-heavy streams beat copy bandwidth.
+    matmul_curve: dict[str, list[list[float]]] = field(default_factory=dict)  # dtype -> [[n, FLOP/s], ...] (n x n x n)
+    stream_bandwidth: dict[str, float] = field(default_factory=dict)  # STREAM kernel -> bytes/s
+    call_overhead_s: float | None = None  # measured fixed seconds per op call (dispatch, Python), if known
 
     def peak(self, dtype: str) -> float | None:
         return self.peak_flops.get(dtype)
+
+    def matmul_rate(self, dtype: str, m: int, n: int, k: int) -> float | None:
+        """Measured FLOP/s of an (m x k) @ (k x n) matmul, read off the n x n x n curve.
+
+        The curve is indexed by the cube root of m*n*k (the square matmul with the same FLOPs),
+        interpolated linearly in log n between measured sizes and held flat beyond both ends.
+        None when no curve was measured for ``dtype``.
+        """
+        import math
+
+        curve = sorted(self.matmul_curve.get(dtype) or [])
+        if not curve or min(m, n, k) <= 0:
+            return None
+        size = (float(m) * n * k) ** (1.0 / 3.0)
+        if size <= curve[0][0]:
+            return float(curve[0][1])
+        if size >= curve[-1][0]:
+            return float(curve[-1][1])
+        for (n0, r0), (n1, r1) in zip(curve, curve[1:]):
+            if n0 <= size <= n1:
+                f = (math.log(size) - math.log(n0)) / (math.log(n1) - math.log(n0))
+                return float(r0 + f * (r1 - r0))
+        return float(curve[-1][1])  # unreachable: the loop covers every size between the ends
 
     def ridge_point(self, dtype: str) -> float | None:
         """FLOPs per byte at which compute and bandwidth roofs meet."""
@@ -385,8 +414,17 @@ def device_from_dict(spec: dict, origin: str = "user description") -> Device:
     if not peaks and bandwidth is None:
         raise TformerError(f"{origin}: describes no peak and no bandwidth; give peak_flops / peak_fp32=..., "
                            "CPU fields (cores, simd_bits, fma_units, clock_ghz) or bandwidth")
+    curve = spec.get("matmul_curve") or {}
+    if not isinstance(curve, dict) or any(d not in DTYPES for d in curve):
+        raise TformerError(f"{origin}: matmul_curve must be an object {{dtype: [[n, FLOP/s], ...]}}")
+    curve = {d: [[_positive("matmul_curve n", n), _positive("matmul_curve FLOP/s", r)] for n, r in pts]
+             for d, pts in curve.items()}
+    stream_bw = {k: _positive(f"stream_bandwidth.{k}", v) for k, v in (spec.get("stream_bandwidth") or {}).items()}
+    overhead = spec.get("call_overhead_s")
     return Device(
         name=str(spec.get("name") or "custom"), kind=kind, peak_flops=peaks,
+        matmul_curve=curve, stream_bandwidth=stream_bw,
+        call_overhead_s=_positive("call_overhead_s", overhead) if overhead is not None else None,
         sparse_flops={k: _positive(k, v) for k, v in (spec.get("sparse_flops") or {}).items()},
         vector_flops={k: _positive(k, v) for k, v in (spec.get("vector_flops") or {}).items()},
         bandwidth=bandwidth, memory_bytes=memory_bytes,

@@ -11,6 +11,7 @@ gives "unknown": never another device's number.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # The peak a workload's matmuls run at. int8 weights are dequantised and multiplied in fp16
@@ -45,6 +46,74 @@ def op_time(flops: float, nbytes: float, peak_flops: float, bandwidth: float, ef
     return max(t_compute, t_memory), ("compute" if t_compute >= t_memory else "memory")
 
 
+# --------------------------------------------------------------------------------------------
+# The measured roofline: each op at its own size (used when the device carries a bench profile)
+# --------------------------------------------------------------------------------------------
+#   matmul time  = matmul FLOPs / (measured FLOP/s of a matmul this size)     (the bench's curve)
+#   other time   = element-wise FLOPs / peak
+#   memory time  = bytes / (measured STREAM bandwidth of the kernel with the same read share)
+#   time         = max(matmul + other, memory) / efficiency + measured per-call overhead
+# No constant is fitted to a model: every number is read off the device's measured profile.
+
+_SHAPES = re.compile(r"\[([\d, ]+)\] @ \[([\d, ]+)\]")
+# Fraction of an op's bytes that are reads -> the STREAM kernel that moves bytes in that proportion
+# (copy and scale read one array and write one: 1/2; add and triad read two and write one: 2/3).
+_STREAM_BY_READ_SHARE = ((0.5, ("copy", "scale")), (2 / 3, ("triad", "add")))
+
+
+def matmul_dims(shapes: str) -> tuple[int, int, int, int] | None:
+    """(batch, m, n, k) of the first "[..., m, k] @ [..., k, n]" in an op's shapes text, else None."""
+    match = _SHAPES.search(shapes or "")
+    if not match:
+        return None
+    a = [int(x) for x in match.group(1).split(",")]
+    b = [int(x) for x in match.group(2).split(",")]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    batch = 1
+    for x in a[:-2]:
+        batch *= x
+    return batch, a[-2], b[-1], a[-1]
+
+
+def stream_bandwidth_for(op, device) -> tuple[float | None, str]:
+    """The measured bandwidth (and kernel name) whose read/write mix is closest to the op's."""
+    measured = getattr(device, "stream_bandwidth", None) or {}
+    if not measured or not op.bytes:
+        return device.bandwidth, "bandwidth"
+    share = op.bytes_read / op.bytes
+    _, kernels = min(_STREAM_BY_READ_SHARE, key=lambda item: abs(item[0] - share))
+    known = [(measured[k], k) for k in kernels if k in measured]
+    if not known:
+        return device.bandwidth, "bandwidth"
+    return max(known)
+
+
+def measured_op_time(op, device, dtype: str, peak: float, efficiency: float = 1.0) -> tuple[float, str, float | None]:
+    """(seconds, bound, matmul FLOP/s used) of one op on a device with a measured profile.
+
+    bound: 'compute' | 'memory' | 'overhead' (the fixed per-call cost is larger than either roof).
+    """
+    rate = None
+    t_mm = 0.0
+    if op.matmul_flops:
+        dims = matmul_dims(op.shapes)
+        if dims is not None:
+            _, m, n, k = dims
+            rate = device.matmul_rate(dtype, m, n, k)
+        rate = rate or peak
+        t_mm = op.matmul_flops / rate
+    t_compute = (t_mm + op.other_flops / peak) / efficiency
+    bw, _ = stream_bandwidth_for(op, device)
+    t_memory = op.bytes / (bw * efficiency) if bw else 0.0
+    overhead = device.call_overhead_s or 0.0
+    roof = max(t_compute, t_memory)
+    bound = "compute" if t_compute >= t_memory else "memory"
+    if overhead > roof:
+        bound = "overhead"
+    return roof + overhead, bound, rate
+
+
 @dataclass
 class OpTime:
     name: str
@@ -54,6 +123,7 @@ class OpTime:
     attainable_flops: float | str
     time_s: float | str
     bound: str
+    matmul_rate: float | None = None  # measured model: the FLOP/s read off the curve for this op's size
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -72,6 +142,7 @@ class Roofline:
     time_s: float | str
     time_by_phase: dict
     bound_share: dict  # seconds spent compute-bound vs memory-bound
+    model: str = "roofline: max(FLOPs / peak, bytes / bandwidth) per op"
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
@@ -79,28 +150,47 @@ class Roofline:
         return d
 
 
-def roofline(ledger, device, efficiency: float = 1.0) -> Roofline:
-    """Per-op and total predicted time of ``ledger`` on ``device`` (a tformer.cost.hardware.Device)."""
+def uses_measured_model(device) -> bool:
+    return bool(getattr(device, "matmul_curve", None))
+
+
+def roofline(ledger, device, efficiency: float = 1.0, model: str = "auto") -> Roofline:
+    """Per-op and total predicted time of ``ledger`` on ``device`` (a tformer.cost.hardware.Device).
+
+    model: "auto" (the measured model when the device carries a bench profile's matmul curve, else
+    the textbook roofline), "peak" (always the single-peak roofline) or "measured".
+    """
     from tformer.errors import TformerError
 
     if not 0 < efficiency <= 1:
         raise TformerError(f"efficiency must be in (0, 1], got {efficiency}; 1 is the ideal roofline")
+    if model not in ("auto", "peak", "measured"):
+        raise TformerError(f"roofline model {model!r} is unknown; choose auto, peak or measured")
     dtype = COMPUTE_DTYPE[ledger.workload.dtype]
     peak = device.peak(dtype)
     bw = device.bandwidth
     known = bool(peak) and bool(bw)
+    detailed = known and (model == "measured" or (model == "auto" and uses_measured_model(device)))
+    if model == "measured" and not uses_measured_model(device):
+        raise TformerError(f"{device.name} has no measured matmul curve; run `tformer bench` and use --hardware measured")
     rows: list[OpTime] = []
     total = 0.0
     by_phase: dict[str, float] = {}
     share = {"compute": 0.0, "memory": 0.0}
+    if detailed:
+        share["overhead"] = 0.0
     for op in ledger.ops:
         if known:
-            t, bound = op_time(op.flops, op.bytes, peak, bw, efficiency)
+            rate = None
+            if detailed:
+                t, bound, rate = measured_op_time(op, device, dtype, peak, efficiency)
+            else:
+                t, bound = op_time(op.flops, op.bytes, peak, bw, efficiency)
             att = attainable_flops(peak, bw, op.intensity) if op.intensity is not None else peak
             total += t
             by_phase[op.phase] = by_phase.get(op.phase, 0.0) + t
             share[bound] += t
-            rows.append(OpTime(op.name, op.phase, op.kind, op.intensity, att, t, bound))
+            rows.append(OpTime(op.name, op.phase, op.kind, op.intensity, att, t, bound, rate))
         else:
             rows.append(OpTime(op.name, op.phase, op.kind, op.intensity, UNKNOWN, UNKNOWN, UNKNOWN))
     return Roofline(
@@ -109,4 +199,10 @@ def roofline(ledger, device, efficiency: float = 1.0) -> Roofline:
         ridge_point=ridge_point(peak, bw) if known else UNKNOWN, efficiency=efficiency,
         ops=rows, time_s=total if known else UNKNOWN, time_by_phase=by_phase if known else {},
         bound_share=share if known else {},
+        model=(MEASURED_MODEL + (f"; + {device.call_overhead_s * 1e6:.1f} µs measured per-op overhead"
+                                 if device.call_overhead_s else "")) if detailed else Roofline.model,
     )
+
+
+MEASURED_MODEL = ("measured roofline: max(matmul FLOPs / FLOP/s of the measured curve at the op's size "
+                  "+ other FLOPs / peak, bytes / measured STREAM bandwidth of the matching read/write mix)")

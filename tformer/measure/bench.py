@@ -160,12 +160,19 @@ class BenchResult:
             best = d.best_matmul(dtype)
             if best:
                 peaks[dtype] = best.flops_per_s
+        # The whole curve (median FLOP/s at each size) travels with the Device, so the roofline can
+        # predict a small matmul at the rate this machine reaches at that size, not at its best.
+        curve = {}
+        for p in d.matmul:
+            curve.setdefault(p.dtype, []).append([p.n, p.flops_per_s])
+        stream_bw = {k: d.best_stream(k).bytes_per_s for k in STREAM_KERNELS if d.best_stream(k)}
         triad, copy = d.best_stream("triad"), d.best_stream("copy")
         bw_point, bw_kernel = (triad, "triad") if triad else (copy, "copy")
         mode = "quick" if self.quick else "full"
         return Device(
             name=f"measured {d.name} ({d.device})", kind="measured", peak_flops=peaks,
             bandwidth=bw_point.bytes_per_s if bw_point else None, memory_bytes=d.memory_bytes,
+            matmul_curve={k: sorted(v) for k, v in curve.items()}, stream_bandwidth=stream_bw,
             source=(f"measured by `tformer bench` ({mode}) on {self.created}: peak = best median matmul "
                     f"FLOP/s over the size sweep per dtype; bandwidth = STREAM {bw_kernel} median "
                     f"({STREAM_ARRAYS[bw_kernel]} arrays counted)" if bw_point else

@@ -1,0 +1,175 @@
+"""One step of a real model for a workload: forward, train (forward + backward + optimizer), prefill,
+or one decode step at a fixed context. Random weights and random token ids: time and FLOPs do not
+depend on the values (dropout aside, which follows the config in training, as the ledger does).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tformer.errors import TformerError
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _optimizer(params, name: str):
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-4)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+    return torch.optim.SGD(params, lr=1e-4)
+
+
+class StepRunner:
+    """Builds the model and inputs once; ``step(timeline)`` runs one step, marking phases when given.
+
+    The optimizer is split into one instance per ledger op that owns parameters, so its step can be
+    timed op by op; stepping them back to back is the same arithmetic as one optimizer over all.
+    """
+
+    def __init__(self, config, workload, device: str = "cpu", seed: int = 0):
+        from tformer.model import build
+
+        w = workload
+        self.config, self.workload, self.device = config, w, device
+        self.check(config, w)
+        torch.manual_seed(seed)
+        self.model = build(config, device=device, dtype=TORCH_DTYPES[w.dtype])
+        self.model.set_attn_impl("reference")  # explicit matmul/softmax/matmul: what the ledger lists
+        self.model.train(w.phase == "train")
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        V = config.vocab_size
+        self.ids = torch.randint(0, V, (w.batch, w.seq), generator=gen).to(device)
+        seq_dec = w.seq_decoder or w.seq
+        self.dec_ids = torch.randint(0, V, (w.batch, seq_dec), generator=gen).to(device)
+        self.optimizers = []
+        self.cache = None
+        self.memory = None
+        if w.phase == "train":
+            self._build_optimizers()
+        if w.phase == "decode":
+            self._prefill_for_decode(gen)
+
+    @staticmethod
+    def check(config, w) -> None:
+        """Reject what this runner cannot run, before anything slow happens."""
+        if w.dtype not in TORCH_DTYPES:
+            raise TformerError(f"profile runs fp32, bf16 or fp16 models; {w.dtype} is a weights-only format it "
+                               "does not execute (use `tformer count` for its prediction)")
+        if w.mixed_precision or w.checkpointing:
+            raise TformerError("profile measures plain single-dtype steps; mixed precision and activation "
+                               "checkpointing are predicted by `tformer count`, not measured here")
+        if w.phase in ("prefill", "decode") and config.arch == "encoder":
+            raise TformerError(f"{w.phase} needs a decoder; an encoder-only model ({config.name}) has no KV cache "
+                               "or generation (use --phase forward or train)")
+        if not w.materialize_scores:
+            raise TformerError("profile runs the reference attention (materialised scores), which the measured "
+                               "FLOPs are checked against; drop --fused-attention")
+        positions = (w.context if w.context is not None else w.seq - 1) + 1 if w.phase == "decode" else max(
+            w.seq, w.seq_decoder or 0)
+        if config.position in ("learned", "sinusoidal") and positions > config.max_positions:
+            raise TformerError(f"{positions} positions exceed the model's max_positions={config.max_positions}; "
+                               "lower --seq or --context")
+
+    # Setup ---------------------------------------------------------------------------------------
+    def _build_optimizers(self) -> None:
+        from tformer.cost.ledger import ledger
+
+        modules = dict(self.model.named_modules())
+        seen: set[int] = set()
+        for op in ledger(self.config, self.workload).select(phase="optimizer"):
+            module = modules.get(op.name)
+            params = [p for p in (module.parameters(recurse=False) if module is not None else []) if id(p) not in seen]
+            seen.update(id(p) for p in params)
+            if params:
+                self.optimizers.append((op.name, _optimizer(params, self.workload.optimizer)))
+        rest = [p for p in self.model.parameters() if id(p) not in seen]
+        if rest:  # parameters the ledger does not name (none expected): stepped, charged to no op
+            self.optimizers.append((None, _optimizer(rest, self.workload.optimizer)))
+
+    def _prefill_for_decode(self, gen) -> None:
+        """Fill a static KV cache with ``context`` tokens (untimed); each timed step then decodes
+        position ``context`` and rewinds, so every step sees the same context."""
+        w, c = self.workload, self.config
+        ctx = w.decode_context
+        self.context = ctx
+        self.next_ids = torch.randint(0, c.vocab_size, (w.batch, 1), generator=gen).to(self.device)
+        with torch.no_grad():
+            if c.arch == "encoder-decoder":
+                self.memory, _ = self.model.encode(self.ids)
+            self.cache = self.model.new_cache(max_length=ctx + 1)
+            if ctx:
+                prompt = torch.randint(0, c.vocab_size, (w.batch, ctx), generator=gen).to(self.device)
+                self._call(prompt, cache=self.cache)
+
+    def _call(self, ids, cache=None, labels=None):
+        if self.config.arch == "encoder-decoder":
+            if self.memory is not None:
+                return self.model(decoder_input_ids=ids, encoder_outputs=self.memory, past_key_values=cache)
+            return self.model(self.ids, decoder_input_ids=ids, past_key_values=cache, labels=labels)
+        if self.config.arch == "encoder":
+            return self.model(ids, labels=labels)
+        return self.model(ids, past_key_values=cache, labels=labels)
+
+    # The step --------------------------------------------------------------------------------------
+    def step(self, timeline=None) -> None:
+        phase = self.workload.phase
+        if phase == "train":
+            self._train(timeline)
+        else:
+            with torch.no_grad():
+                if timeline is not None:
+                    timeline.begin("forward")
+                self._infer()
+                if timeline is not None:
+                    timeline.end()
+
+    def _infer(self) -> None:
+        phase = self.workload.phase
+        if phase == "decode":
+            if self.config.arch == "encoder-decoder" and self.context == 0:
+                self.cache = self.model.new_cache(max_length=1)  # the first step projects the cross K/V anew
+            self.cache.length = self.context  # rewind: overwrite position ``context`` again
+            self._call(self.next_ids, cache=self.cache)
+        elif phase == "prefill":
+            self._call(self.dec_ids if self.config.arch == "encoder-decoder" else self.ids,
+                       cache=self.model.new_cache())
+        else:
+            self._call(self.dec_ids if self.config.arch == "encoder-decoder" else self.ids)
+
+    def _train(self, timeline) -> None:
+        c = self.config
+        if timeline is not None:
+            timeline.begin("forward")
+        if c.arch == "encoder-decoder":
+            out = self._call(self.dec_ids, labels=self.dec_ids)
+        elif c.arch == "encoder" and not c.lm_head:
+            out = self.model(self.ids)
+        else:
+            out = self._call(self.ids, labels=self.ids)
+        loss = out.loss
+        if loss is None:  # an encoder without an MLM head: backpropagate from its outputs
+            t = out.pooler_output if out.pooler_output is not None else out.last_hidden_state
+            loss = t.float().sum()
+        if timeline is not None:
+            timeline.end()
+            timeline.begin("backward")
+        loss.backward()
+        if timeline is not None:
+            timeline.end()
+            timeline.begin("optimizer")
+        for name, opt in self.optimizers:
+            if timeline is not None and name is not None:
+                timeline.mark("pre", name)
+            opt.step()
+            if timeline is not None and name is not None:
+                timeline.mark("post", name)
+        if timeline is not None:
+            timeline.end()
+        for _, opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+
+
+__all__ = ["StepRunner", "TORCH_DTYPES"]
