@@ -1,0 +1,101 @@
+"""Training throughput of char-small: tformer's loop step vs Hugging Face GPT2LMHeadModel.
+
+Same config, same AdamW, same batch, both in fp32 on this machine's CPU, measured in one run with
+the two models interleaved so drift on a shared machine hits both alike. Prints tokens/s and the
+ratio (target: tformer >= 1.3x), and MFU against the measured fp32 matmul peak when a bench
+profile is saved (`tformer bench --quick`).
+
+    python bench/train_throughput.py [--batch 64] [--seq 128] [--steps 10] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def hf_model(config):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    hf_config = GPT2Config(vocab_size=config.vocab_size, n_positions=config.max_positions, n_embd=config.d_model,
+                           n_layer=config.n_layers, n_head=config.n_heads, n_inner=config.d_ff,
+                           activation_function="gelu", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                           tie_word_embeddings=True, bos_token_id=None, eos_token_id=None)
+    return GPT2LMHeadModel(hf_config)
+
+
+def timed_steps(model, ids, targets, steps: int, dtype=torch.float32) -> float:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
+
+    def step():
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            logits = model(ids).logits.float()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # warm-up: allocator, optimizer state
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--bf16", action="store_true", help="also time bf16 autocast (fast on CPUs with native bf16)")
+    args = parser.parse_args()
+    torch.set_flush_denormal(True)  # as `tformer train` does; applied to both models alike
+
+    from tformer.config import preset
+    from tformer.model import build
+
+    config = preset("char-small")
+    torch.manual_seed(0)
+    ours, theirs = build(config).train(), hf_model(config).train()
+    ids = torch.randint(0, config.vocab_size, (args.batch, args.seq))
+    targets = torch.randint(0, config.vocab_size, (args.batch, args.seq))
+    precisions = {"fp32": torch.float32}
+    if args.bf16:
+        precisions["bf16 autocast"] = torch.bfloat16
+    times = {(who, p): [] for p in precisions for who in ("tformer", "transformers")}
+    for _ in range(args.rounds):  # interleaved, so drift on a shared machine hits every row alike
+        for (who, p) in times:
+            model = ours if who == "tformer" else theirs
+            times[(who, p)].append(timed_steps(model, ids, targets, args.steps, precisions[p]))
+    tokens = args.batch * args.seq
+    print(f"char-small train step, batch {args.batch} x seq {args.seq}, AdamW, {torch.get_num_threads()} threads")
+    for (who, p), ts in times.items():
+        t = statistics.median(ts)
+        print(f"  {who:>12} {p:>13}: {t * 1e3:8.1f} ms/step  {tokens / t:10,.0f} tokens/s"
+              f"  (spread {min(ts)*1e3:.1f}-{max(ts)*1e3:.1f} ms)")
+    for p in precisions:
+        ratio = statistics.median(times[("transformers", p)]) / statistics.median(times[("tformer", p)])
+        print(f"  ratio tformer / transformers tokens/s, both {p}: {ratio:.2f}x (target >= 1.3x)")
+    if args.bf16:
+        ratio = statistics.median(times[("transformers", "fp32")]) / statistics.median(times[("tformer", "bf16 autocast")])
+        print(f"  ratio tformer bf16 autocast / transformers fp32: {ratio:.2f}x (what `--precision bf16` buys here)")
+    try:
+        from tformer.cost.ledger import Workload, ledger
+        from tformer.cost.hardware import resolve_hardware
+
+        flops = ledger(config, Workload(phase="train", batch=args.batch, seq=args.seq)).flops["total"]
+        peak = resolve_hardware("measured").peak("fp32")
+        t = statistics.median(times[("tformer", "fp32")])
+        print(f"  MFU vs measured fp32 matmul peak ({peak / 1e9:.0f} GFLOP/s): {flops / t / peak:.1%}")
+    except Exception as exc:  # the ledger or a saved bench profile is missing
+        print(f"  MFU: not available ({type(exc).__name__}: {exc})")
+
+
+if __name__ == "__main__":
+    main()
