@@ -1,0 +1,259 @@
+"""`tformer report` on a tiny config, with a fake measured profile (no real bench runs): the files,
+the sections, the totals against the ledger, training on a local text, and bad input."""
+
+import errno
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer.cli import main
+from tformer.config import preset
+from tformer.cost.ledger import Workload, ledger
+from tformer.errors import TformerError
+from tformer.measure.bench import BenchResult, Comparison, DeviceBench, MatmulPoint, StreamPoint
+from tformer.measure.profile_store import machine_key, save_profile
+from tformer.report.doc import Document, Section
+
+TINY = ["--set", "n_layers=2", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ff=64",
+        "--set", "max_positions=24"]
+TINY_RUN = TINY + ["--seq", "24", "--batch", "4", "--sentence", "To be, or not to be"]
+SECTIONS = ["1. The machine", "2. The model", "3. The roofline", "4. Prediction vs measurement",
+            "5. Training vs inference", "6. Scaling", "7. Attention, made visible"]
+FAKE_NAME = "Fake Test CPU"
+
+
+def tiny_config():
+    return preset("char-small").with_overrides(TINY[1::2])
+
+
+def fake_bench() -> BenchResult:
+    """A plausible measured profile: a rising matmul curve and STREAM figures, all made up here so
+    the tests never spend time benchmarking (and never depend on this machine's speed)."""
+    points = []
+    for n, rate in ((32, 2e9), (128, 1e10), (512, 3e10)):
+        t = 2 * n**3 / rate
+        points.append(MatmulPoint("cpu", "fp32", n, 2 * n**3, t, t, t, t, t, 3, 1, rate, rate))
+    stream = []
+    for kernel, arrays, bw in (("copy", 2, 8e9), ("scale", 2, 8e9), ("add", 3, 9e9), ("triad", 3, 9e9)):
+        nbytes = arrays * 4 * 2**20
+        t = nbytes / bw
+        stream.append(StreamPoint("cpu", kernel, 2**20, 4, nbytes, t, t, t, t, t, 3, 1, bw, bw))
+    comp = [Comparison("fp32 matmul", "FLOP/s", 3e10, 1e11, 0.3, "made up for the test", ["a test reason"])]
+    dev = DeviceBench(device="cpu", name=FAKE_NAME, threads=1, memory_bytes=8 * 2**30, matmul=points,
+                      stream=stream, comparisons=comp)
+    return BenchResult(machine_key=machine_key(), created="2026-01-01T00:00:00+00:00", quick=True,
+                       torch_version=torch.__version__, wall_s=1.0, devices=[dev], conventions=["test convention"],
+                       load_before=0.0, logical_cpus=os.cpu_count())
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A private XDG cache holding the fake profile (module-scoped: the report runs once)."""
+    root = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root)
+    save_profile(fake_bench())
+    yield root
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def report(cache, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep") / "report"
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: one thread is faster and steadier on a shared machine
+    try:
+        rc = main(["report", "--quick", "--no-train", "--out", str(out), *TINY_RUN])
+    finally:
+        torch.set_num_threads(prev)
+    assert rc == 0
+    return out
+
+
+def _error_line(capsys) -> str:
+    # Progress lines ("report: ...") come first on stderr; the error is the one other line.
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("report: ")]
+    assert len(err) == 1, err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def test_files_and_sections(report):
+    for name in ("report.md", "report.html", "report.json"):
+        assert (report / name).is_file() and (report / name).stat().st_size > 0
+    md = (report / "report.md").read_text()
+    page = (report / "report.html").read_text()
+    for heading in SECTIONS:
+        assert f"## {heading}" in md
+        assert f">{heading}</h2>" in page
+    # Every plot referenced by the markdown exists beside it, and the HTML embeds each one.
+    refs = re.findall(r"\]\(plots/([\w-]+)\.png\)", md)
+    assert {"matmul_curve", "roofline", "op_times", "decode_curve", "attention"} <= set(refs)
+    for name in refs:
+        assert (report / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert page.count('src="data:image/png;base64,') == len(refs)
+    # Self-contained: nothing to fetch.
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    assert "<script" not in page and "<link" not in page
+    # No temporary directories left beside the report.
+    assert [p.name for p in report.parent.iterdir()] == ["report"]
+
+
+def test_totals_equal_the_ledger(report):
+    data = json.loads((report / "report.json").read_text())
+    config = tiny_config()
+    fwd = ledger(config, Workload(phase="forward", batch=4, seq=24))
+    train = ledger(config, Workload(phase="train", batch=4, seq=24))
+    dec = ledger(config, Workload(phase="decode", batch=1, seq=24, context=23))
+    t = data["totals"]
+    assert t["params"] == fwd.params["total"] == sum(p.numel() for p in _model(config).parameters())
+    assert t["flops_forward"] == fwd.flops["total"] and t["flops_forward_matmul"] == fwd.flops["matmul"]
+    assert t["flops_train"] == train.flops["total"] and t["flops_train_matmul"] == train.flops["matmul"]
+    assert t["kv_cache"] == dec.memory["kv_cache"] and t["memory_train"] == train.memory["total"]
+    md = (report / "report.md").read_text()
+    # The same exact integers appear in the human text, with their units.
+    assert f"| total | {fwd.params['total']:,}" in md
+    assert f"**{fwd.flops['total']:,} FLOPs" in md
+    assert f"**{train.flops['total']:,} FLOPs" in md
+    assert f"{train.rules_of_thumb['value']:,} FLOPs" in md  # 6ND beside the exact count
+    assert f"{dec.memory['kv_cache']:,} B" in md
+    # The machine section reads the (fake) measured profile, not this machine's speed.
+    assert FAKE_NAME in md and data["machine"]["measured_peak_flops"]["fp32"] == 3e10
+    # The untrained model's maps say so.
+    assert "**untrained** model" in md and data["attention"]["trained"] is False
+
+
+def _model(config):
+    from tformer.model import build
+
+    return build(config)
+
+
+def test_report_trains_on_a_local_text(cache, tmp_path):
+    text = tmp_path / "corpus.txt"
+    text.write_text("To be, or not to be, that is the question.\nWhether 'tis nobler in the mind to suffer\n" * 60)
+    out = tmp_path / "trained"
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rc = main(["report", "--quick", "--train-seconds", "2", "--data", str(text), "--out", str(out), *TINY_RUN])
+    finally:
+        torch.set_num_threads(prev)
+    assert rc == 0
+    data = json.loads((out / "report.json").read_text())
+    run = data["measurement"]["train_run"]
+    assert run["steps"] >= 1 and run["tokens"] == run["steps"] * 4 * 24
+    assert data["attention"]["trained"] is True
+    md = (out / "report.md").read_text()
+    assert "plots/loss_curve.png" in md and (out / "plots" / "loss_curve.png").is_file()
+    assert f"{run['steps']} steps in" in md
+
+
+def test_unknown_preset_is_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["report", "--preset", "no-such-model", "--out", str(out)]) == 2
+    assert "no-such-model" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unwritable_out_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    # Root ignores permission bits, so "unwritable" is a path under a regular file.
+    assert main(["report", "--out", str(blocker / "report"), "--quick", "--no-train"]) == 2
+    line = _error_line(capsys)
+    assert "cannot write the report" in line and str(blocker) in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_out_that_is_not_a_report_is_left_alone(tmp_path, capsys):
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("precious")
+    assert main(["report", "--out", str(mine), "--quick", "--no-train"]) == 2
+    assert "not a tformer report" in _error_line(capsys)
+    assert (mine / "thesis.tex").read_text() == "precious"
+
+
+def _doc() -> Document:
+    sec = Section(1, "Only", "only")
+    sec.text("hello")
+    sec.figure("tiny", b"\x89PNG\r\n\x1a\nnot-really", "a figure")
+    return Document("t", ["line"], [sec])
+
+
+def test_full_disk_keeps_the_old_report_and_leaves_no_partial(tmp_path, monkeypatch):
+    from tformer.report import build as report_build
+
+    out = tmp_path / "report"
+    report_build.write_report(out, _doc(), {"v": 1})
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        if self.name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(TformerError, match="no space left"):
+        report_build.write_report(out, _doc(), {"v": 2})
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # the old one, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temporary directory left
+
+
+def test_full_disk_through_the_cli_is_exit_2(cache, tmp_path, monkeypatch, capsys):
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        if self.name == "report.html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rc = main(["report", "--quick", "--no-train", "--out", str(tmp_path / "r"), *TINY_RUN])
+    finally:
+        torch.set_num_threads(prev)
+    assert rc == 2
+    assert "no space left on the device" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []  # neither the report nor its temporary directory
+
+
+def test_quick_never_runs_the_full_bench(tmp_path, monkeypatch):
+    from tformer.measure import bench as bench_module
+    from tformer.report import context
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls = []
+
+    def fake_run_bench(quick=True, **kw):
+        calls.append(quick)
+        return fake_bench()
+
+    monkeypatch.setattr(bench_module, "run_bench", fake_run_bench)
+    bench, note = context.machine_profile("cpu", None, lambda _m: None)
+    assert calls == [True] and "quick bench ran now" in note
+    # Saved, so the next report reuses it instead of benchmarking again.
+    bench, note = context.machine_profile("cpu", None, lambda _m: None)
+    assert calls == [True] and "not re-measured" in note
+
+
+def test_markdown_and_html_say_the_same(report):
+    """Both renderers draw from one Document: every table cell of the markdown is in the HTML."""
+    import html as html_mod
+
+    md = (report / "report.md").read_text()
+    page = html_mod.unescape(re.sub(r"<[^>]+>", "", (report / "report.html").read_text()))
+    cells = [c.strip() for line in md.splitlines() if line.startswith("| ") for c in line.strip("|").split(" | ")]
+    missing = [c for c in cells if c and c != "---" and c.replace("\\|", "|").replace("**", "").replace("`", "") not in page]
+    assert not missing[:5]

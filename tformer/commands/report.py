@@ -1,0 +1,57 @@
+"""`tformer report`: the whole system analysis of a model on this machine — the machine, the model's
+arithmetic, the roofline, prediction vs measurement, training vs inference, scaling, attention maps —
+as report.md, a self-contained report.html and report.json."""
+
+NAME = "report"
+HELP = "Analyse a model on this machine: Markdown + self-contained HTML report with plots (default char-small)."
+
+
+def add_arguments(p) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", help="preset name (see `tformer presets`); default char-small")
+    src.add_argument("--config", metavar="FILE", help="a tformer config JSON (or a Hugging Face config.json)")
+    src.add_argument("--hf", metavar="DIR", help="a Hugging Face model directory (its config.json)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    p.add_argument("--hardware", metavar="NAME|FILE",
+                   help="also predict for this device (spec-table name or JSON): roofline and scaling use it; "
+                        "measurements always run on this machine")
+    p.add_argument("--out", default="tformer-report", metavar="DIR", help="output directory (default ./tformer-report)")
+    p.add_argument("--quick", action="store_true", help="under a minute: 15 s of training, fewer timed steps")
+    p.add_argument("--no-train", dest="train", action="store_false", help="skip the training run (maps of an untrained model)")
+    p.add_argument("--train-seconds", type=float, help="training time budget (default 60, --quick 15)")
+    p.add_argument("--batch", type=int, default=16, help="training batch (sequences per step, default 16)")
+    p.add_argument("--seq", type=int, help="sequence length (default the model's context, at most 128)")
+    p.add_argument("--data", default="shakespeare", help="training corpus (default shakespeare, character level)")
+    p.add_argument("--sentence", help="the sentence for the attention maps")
+    p.add_argument("--device", help="cpu | cuda | cuda:N (default: the first GPU, else the CPU)")
+    p.add_argument("--threads", type=int, help="CPU threads for every measurement (default: PyTorch's setting)")
+    p.add_argument("--json", action="store_true", help="print report.json to stdout instead of the summary")
+
+
+def run(args) -> int:
+    import json
+    import sys
+
+    from tformer.report.build import make_report
+    from tformer.report.context import DEFAULT_SENTENCE, ReportOptions
+
+    opts = ReportOptions(preset=args.preset, config=args.config, hf=args.hf, overrides=args.set,
+                         hardware=args.hardware, out=args.out, quick=args.quick, train=args.train,
+                         batch=args.batch, seq=args.seq, train_seconds=args.train_seconds, data=args.data,
+                         sentence=args.sentence or DEFAULT_SENTENCE, device=args.device,
+                         threads=args.threads)
+
+    def progress(message: str) -> None:
+        print(f"report: {message}", file=sys.stderr, flush=True)
+
+    result = make_report(opts, progress=None if args.json else progress)
+    if args.json:
+        print(json.dumps(result.data, indent=1, default=str))
+        return 0
+    print(f"tformer report ({result.wall_s:.0f} s)")
+    for line in result.summary:
+        print(f"  {line}")
+    html = result.out / "report.html"
+    print(f"wrote {result.out / 'report.md'}, {html} ({html.stat().st_size / 1e6:.2f} MB, self-contained) "
+          f"and {result.out / 'report.json'}")
+    return 0
