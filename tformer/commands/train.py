@@ -89,7 +89,7 @@ def run(args) -> int:
     if not args.resume and (out / "checkpoint").exists():
         raise TformerError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     run_ = build_run(args.data, config, seq_len, args.seed, args.tokenizer, args.vocab_size, args.hf, args.max_pairs)
-    log = print if world.rank == 0 else (lambda *_: None)
+    log = (lambda s: print(s, flush=True)) if world.rank == 0 else (lambda *_: None)
     flops, peak = _flops_and_peak(run_.model.config, seq_len, run_.source.tokens_per_row, args, device, log)
     trainer = Trainer(run_.model, run_.source, targs, flops_per_step=flops, peak_flops=peak,
                       sampler=_sampler(run_) if run_.objective == "causal" else None, log=log)
