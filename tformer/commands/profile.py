@@ -11,7 +11,8 @@ def add_arguments(parser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--phase", default="train", choices=["forward", "train", "prefill", "decode", "all"],
                         help="what to run (default train); 'all': train, prefill and decode (encoders: train, forward)")
-    parser.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="sequences per step (default 1 for decode, the single-stream latency case; 8 otherwise)")
     parser.add_argument("--seq", type=int, default=None, help="tokens per sequence (default min(128, max_positions))")
     parser.add_argument("--seq-decoder", type=int, default=None, help="encoder-decoder target length (default --seq)")
     parser.add_argument("--context", type=int, default=None, help="decode: tokens already in the KV cache (default seq - 1)")
@@ -44,7 +45,8 @@ def _workloads(args, config):
         phases = ["train", "forward"] if config.arch == "encoder" else ["train", "prefill", "decode"]
     out = []
     for phase in phases:
-        out.append(Workload(phase=phase, batch=args.batch, seq=seq, seq_decoder=args.seq_decoder,
+        batch = args.batch if args.batch is not None else (1 if phase == "decode" else 8)
+        out.append(Workload(phase=phase, batch=batch, seq=seq, seq_decoder=args.seq_decoder,
                             context=args.context if phase == "decode" else None, dtype=args.dtype,
                             optimizer=args.optimizer))
     return out

@@ -30,6 +30,24 @@ T = 1e12
 GiB = 2**30
 
 
+def _interp_log(curve, x: float) -> float | None:
+    """y at x on a measured [[x, y], ...] curve: linear in log x between points, flat beyond the ends."""
+    import math
+
+    curve = sorted(curve or [])
+    if not curve:
+        return None
+    if x <= curve[0][0]:
+        return float(curve[0][1])
+    if x >= curve[-1][0]:
+        return float(curve[-1][1])
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x0 <= x <= x1:
+            f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return float(y0 + f * (y1 - y0))
+    return float(curve[-1][1])  # unreachable: the loop covers every x between the ends
+
+
 @dataclass
 class Device:
     """A device's roofs. A peak that is not known is absent/None: never another device's number."""
@@ -53,6 +71,12 @@ class Device:
     matmul_curve: dict[str, list[list[float]]] = field(default_factory=dict)  # dtype -> [[n, FLOP/s], ...] (n x n x n)
     stream_bandwidth: dict[str, float] = field(default_factory=dict)  # STREAM kernel -> bytes/s
     call_overhead_s: float | None = None  # measured fixed seconds per op call (dispatch, Python), if known
+    # dtype -> [[rows, k, bytes/s], ...]: the rate at which a matmul with few rows (nn.Linear on 1 or
+    # 8 tokens, W with k inputs per row) reads its weights, measured on a W beyond the last-level cache.
+    # It is not the STREAM rate: on a 2-core EPYC one row reads at ~13 GB/s (k = 768) to ~25 GB/s
+    # (k = 8192), and 2-16 rows run the GEMM kernel at ~7-12 GB/s. Decode is a chain of these. Empty
+    # for table/formula devices and for profiles saved before it was measured: STREAM is used then.
+    gemv_bandwidth: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def peak(self, dtype: str) -> float | None:
         return self.peak_flops.get(dtype)
@@ -64,21 +88,29 @@ class Device:
         interpolated linearly in log n between measured sizes and held flat beyond both ends.
         None when no curve was measured for ``dtype``.
         """
-        import math
-
-        curve = sorted(self.matmul_curve.get(dtype) or [])
-        if not curve or min(m, n, k) <= 0:
+        if min(m, n, k) <= 0:
             return None
-        size = (float(m) * n * k) ** (1.0 / 3.0)
-        if size <= curve[0][0]:
-            return float(curve[0][1])
-        if size >= curve[-1][0]:
-            return float(curve[-1][1])
-        for (n0, r0), (n1, r1) in zip(curve, curve[1:]):
-            if n0 <= size <= n1:
-                f = (math.log(size) - math.log(n0)) / (math.log(n1) - math.log(n0))
-                return float(r0 + f * (r1 - r0))
-        return float(curve[-1][1])  # unreachable: the loop covers every size between the ends
+        return _interp_log(self.matmul_curve.get(dtype), (float(m) * n * k) ** (1.0 / 3.0))
+
+    def gemv_rate(self, dtype: str, rows: int, k: int) -> float | None:
+        """Measured bytes/s at which a ``rows``-row matmul reads a weight matrix of ``k`` inputs per row.
+
+        One row uses the one-row points (BLAS GEMV kernel); 2 or more rows use the smallest measured
+        row count >= 2 that covers ``rows`` (BLAS GEMM kernel, whose weight-read rate is about flat
+        from 2 to 16 rows). Interpolated in log k, flat beyond the measured k. None when not measured
+        for ``dtype`` or ``rows`` is above every measured row count.
+        """
+        points = self.gemv_bandwidth.get(dtype) or []
+        if rows < 1 or k < 1 or not points:
+            return None
+        if rows == 1:
+            cls = 1
+        else:
+            covering = sorted({int(r) for r, _, _ in points if int(r) >= rows and int(r) >= 2})
+            if not covering:
+                return None
+            cls = covering[0]
+        return _interp_log([[kk, bw] for r, kk, bw in points if int(r) == cls], float(k))
 
     def ridge_point(self, dtype: str) -> float | None:
         """FLOPs per byte at which compute and bandwidth roofs meet."""
@@ -420,10 +452,20 @@ def device_from_dict(spec: dict, origin: str = "user description") -> Device:
     curve = {d: [[_positive("matmul_curve n", n), _positive("matmul_curve FLOP/s", r)] for n, r in pts]
              for d, pts in curve.items()}
     stream_bw = {k: _positive(f"stream_bandwidth.{k}", v) for k, v in (spec.get("stream_bandwidth") or {}).items()}
+    gemv_bw = spec.get("gemv_bandwidth") or {}
+    gemv_msg = f"{origin}: gemv_bandwidth must be an object {{dtype: [[rows, k, bytes/s], ...]}}"
+    if not isinstance(gemv_bw, dict) or any(d not in DTYPES for d in gemv_bw):
+        raise TformerError(gemv_msg)
+    try:
+        gemv_bw = {d: [[_positive("gemv_bandwidth rows", r), _positive("gemv_bandwidth k", kk),
+                        _positive("gemv_bandwidth bytes/s", bw)] for r, kk, bw in pts]
+                   for d, pts in gemv_bw.items()}
+    except (TypeError, ValueError):
+        raise TformerError(gemv_msg) from None
     overhead = spec.get("call_overhead_s")
     return Device(
         name=str(spec.get("name") or "custom"), kind=kind, peak_flops=peaks,
-        matmul_curve=curve, stream_bandwidth=stream_bw,
+        matmul_curve=curve, stream_bandwidth=stream_bw, gemv_bandwidth=gemv_bw,
         call_overhead_s=_positive("call_overhead_s", overhead) if overhead is not None else None,
         sparse_flops={k: _positive(k, v) for k, v in (spec.get("sparse_flops") or {}).items()},
         vector_flops={k: _positive(k, v) for k, v in (spec.get("vector_flops") or {}).items()},

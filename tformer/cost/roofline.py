@@ -76,6 +76,40 @@ def matmul_dims(shapes: str) -> tuple[int, int, int, int] | None:
     return batch, a[-2], b[-1], a[-1]
 
 
+# A matmul with few rows reads its weights at the measured few-row rate (bench: y = x @ W.T + b with x
+# of 1 and 8 rows, W beyond the cache), not at STREAM's: BLAS runs M = 1 through its GEMV kernel and
+# small M through a GEMM kernel that packs W, and neither streams like triad (on a 2-core EPYC: 1 row
+# 13-25 GB/s by k, 2-16 rows 7-12 GB/s, triad 21-50 GB/s). Such a product has intensity ~M/2 FLOP/B
+# in fp32 (<= 4 at M <= 8), below the ridge point, so its time is the weight read. Up to 8 rows, the
+# largest measured (and `tformer profile`'s default decode batch); beyond, STREAM as before (no
+# measurement to extrapolate from). Only a product with a 2-D right operand (a weight, as in
+# nn.Linear) qualifies: attention's batched products in decode are bmm calls over the KV cache.
+GEMV_MAX_ROWS = 8
+
+
+def gemv_dims(op) -> tuple[int, int] | None:
+    """(rows, k) when ``op`` is a product of at most GEMV_MAX_ROWS rows with a weight matrix, else None."""
+    match = _SHAPES.search(getattr(op, "shapes", "") or "")
+    if not match or not op.matmul_flops:
+        return None
+    a = [int(x) for x in match.group(1).split(",")]
+    b = [int(x) for x in match.group(2).split(",")]
+    if len(a) < 2 or len(b) != 2:
+        return None
+    rows = 1
+    for x in a[:-1]:
+        rows *= x  # nn.Linear flattens every leading dim into the rows of one product
+    return (rows, a[-1]) if rows <= GEMV_MAX_ROWS else None
+
+
+def gemv_bandwidth_for(op, device, dtype: str) -> float | None:
+    """The measured weight-read bytes/s for a few-row weight product, or None (use STREAM)."""
+    if not getattr(device, "gemv_bandwidth", None):
+        return None
+    dims = gemv_dims(op)
+    return device.gemv_rate(dtype, *dims) if dims is not None else None
+
+
 def stream_bandwidth_for(op, device) -> tuple[float | None, str]:
     """The measured bandwidth (and kernel name) whose read/write mix is closest to the op's."""
     measured = getattr(device, "stream_bandwidth", None) or {}
@@ -104,7 +138,7 @@ def measured_op_time(op, device, dtype: str, peak: float, efficiency: float = 1.
         rate = rate or peak
         t_mm = op.matmul_flops / rate
     t_compute = (t_mm + op.other_flops / peak) / efficiency
-    bw, _ = stream_bandwidth_for(op, device)
+    bw = gemv_bandwidth_for(op, device, dtype) or stream_bandwidth_for(op, device)[0]
     t_memory = op.bytes / (bw * efficiency) if bw else 0.0
     overhead = device.call_overhead_s or 0.0
     roof = max(t_compute, t_memory)
@@ -199,10 +233,21 @@ def roofline(ledger, device, efficiency: float = 1.0, model: str = "auto") -> Ro
         ridge_point=ridge_point(peak, bw) if known else UNKNOWN, efficiency=efficiency,
         ops=rows, time_s=total if known else UNKNOWN, time_by_phase=by_phase if known else {},
         bound_share=share if known else {},
-        model=(MEASURED_MODEL + (f"; + {device.call_overhead_s * 1e6:.1f} µs measured per-op overhead"
-                                 if device.call_overhead_s else "")) if detailed else Roofline.model,
+        model=(MEASURED_MODEL + _gemv_note(device, dtype)
+               + (f"; + {device.call_overhead_s * 1e6:.1f} µs measured per-op overhead"
+                  if device.call_overhead_s else "")) if detailed else Roofline.model,
     )
 
 
 MEASURED_MODEL = ("measured roofline: max(matmul FLOPs / FLOP/s of the measured curve at the op's size "
                   "+ other FLOPs / peak, bytes / measured STREAM bandwidth of the matching read/write mix)")
+
+
+def _gemv_note(device, dtype: str) -> str:
+    points = sorted((getattr(device, "gemv_bandwidth", None) or {}).get(dtype) or [])
+    if not points:
+        return "; few-row matmuls on STREAM too (no GEMV bandwidth measured: rerun `tformer bench`)"
+    text = ", ".join(f"{bw / 1e9:.1f} GB/s at {int(r)} row{'s' if r > 1 else ''} k={int(k)}" for r, k, bw in points)
+    return (f"; weight matmuls with <= {GEMV_MAX_ROWS} rows (decode): bytes / measured GEMV weight-read "
+            f"bandwidth ({text}; 1 row: 1-row points, 2-{GEMV_MAX_ROWS} rows: {GEMV_MAX_ROWS}-row points, "
+            "log-interpolated in k)")

@@ -9,6 +9,9 @@ Method (stated in every result):
 - Bandwidth: the four STREAM kernels on fp32 arrays at least 4x the last-level cache, bytes
   counted by the STREAM convention: copy and scale 2 arrays per element, add and triad 3. Stores
   that first read the line (write-allocate) are real traffic STREAM does not count.
+- GEMV: y = x @ W.T + b (what nn.Linear runs for one token) with W well beyond the last-level
+  cache; bytes counted = the bytes of W only (x, b and y are a rounding error). Batch-1 decode is a
+  chain of these, and a BLAS GEMV reads weights at its own rate, not at the STREAM rate.
 """
 
 from __future__ import annotations
@@ -77,6 +80,25 @@ class StreamPoint:
 
 
 @dataclass
+class GemvPoint:
+    device: str
+    dtype: str
+    rows: int  # rows of x (tokens): 1 is a true matrix-vector product
+    n: int  # output features (rows of W)
+    k: int  # input features
+    weight_bytes: int  # bytes of W, the only bytes counted
+    median_s: float
+    min_s: float
+    max_s: float
+    q1_s: float
+    q3_s: float
+    reps: int
+    calls_per_rep: int
+    bytes_per_s: float  # weight bytes / median time
+    bytes_per_s_best: float  # weight bytes / fastest repetition
+
+
+@dataclass
 class Comparison:
     quantity: str  # "fp32 matmul", "triad bandwidth", ...
     unit: str
@@ -95,6 +117,7 @@ class DeviceBench:
     memory_bytes: int | None = None
     matmul: list[MatmulPoint] = field(default_factory=list)
     stream: list[StreamPoint] = field(default_factory=list)
+    gemv: list[GemvPoint] = field(default_factory=list)  # absent from profiles saved before it existed
     skipped: list[str] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
 
@@ -130,6 +153,7 @@ class BenchResult:
                 device=d["device"], name=d["name"], threads=d.get("threads"), memory_bytes=d.get("memory_bytes"),
                 matmul=[MatmulPoint(**p) for p in d.get("matmul", [])],
                 stream=[StreamPoint(**p) for p in d.get("stream", [])],
+                gemv=[GemvPoint(**p) for p in d.get("gemv", [])],
                 skipped=list(d.get("skipped", [])),
                 comparisons=[Comparison(**c) for c in d.get("comparisons", [])]))
         return cls(machine_key=data["machine_key"], created=data["created"], quick=bool(data["quick"]),
@@ -168,11 +192,17 @@ class BenchResult:
         stream_bw = {k: d.best_stream(k).bytes_per_s for k in STREAM_KERNELS if d.best_stream(k)}
         triad, copy = d.best_stream("triad"), d.best_stream("copy")
         bw_point, bw_kernel = (triad, "triad") if triad else (copy, "copy")
+        # Weight-read bandwidth of few-row matmuls per dtype, as [rows, k, B/s] (median time).
+        gemv_bw: dict[str, list] = {}
+        for p in d.gemv:
+            gemv_bw.setdefault(p.dtype, []).append([p.rows, p.k, p.bytes_per_s])
+        gemv_bw = {k: sorted(v) for k, v in gemv_bw.items()}
         mode = "quick" if self.quick else "full"
         return Device(
             name=f"measured {d.name} ({d.device})", kind="measured", peak_flops=peaks,
             bandwidth=bw_point.bytes_per_s if bw_point else None, memory_bytes=d.memory_bytes,
             matmul_curve={k: sorted(v) for k, v in curve.items()}, stream_bandwidth=stream_bw,
+            gemv_bandwidth=gemv_bw,
             source=(f"measured by `tformer bench` ({mode}) on {self.created}: peak = best median matmul "
                     f"FLOP/s over the size sweep per dtype; bandwidth = STREAM {bw_kernel} median "
                     f"({STREAM_ARRAYS[bw_kernel]} arrays counted)" if bw_point else
@@ -297,6 +327,45 @@ def bench_stream(device: str, elements: int, reps: int = 5, min_rep_s: float = 0
     return out
 
 
+# (rows, k) points, W of transformer shape (4k x k, an MLP up-projection; at most one STREAM array).
+# The weight-read rate depends on the row length k (one row on a 2-core EPYC: ~11 GB/s at k = 768,
+# ~20 GB/s at k = 2048) and on whether x has one row (BLAS GEMV kernel) or several (GEMM kernel,
+# ~10 GB/s, about flat from 2 to 16 rows), and for several rows on W's shape too (a 40000 x 768 W
+# reads at ~7 GB/s where 3072 x 768 ones read at ~10), hence transformer-shaped W. 8 rows is
+# `tformer profile`'s default decode batch.
+GEMV_POINTS = tuple((rows, k) for rows in (1, 8) for k in (768, 2048, 4096))
+# bf16 GEMV on a CPU without native bf16 runs through a conversion path, compute-bound and slow:
+# measured on GPUs only, where it is cheap and decode commonly runs in bf16.
+GEMV_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "bf16")}
+
+
+def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int = 5,
+               min_rep_s: float = 0.02, count: int = 1) -> GemvPoint:
+    """y = x @ W.T + b with x (rows, k) and ``count`` distinct W (n, k), called in turn: nn.Linear's own
+    call (addmm on W's transpose), one layer's weights after another as in decode, so with enough
+    bytes in all no call finds its W in the cache. Bytes and times are per call of one W."""
+    import torch
+
+    tdt = _torch_dtype(dtype)
+    gen = torch.Generator(device="cpu").manual_seed(k)
+    ws = [torch.randn(n, k, generator=gen).to(device=device, dtype=tdt) for _ in range(max(1, count))]
+    x = torch.randn(rows, k, generator=gen).to(device=device, dtype=tdt)
+    b = torch.zeros(n, device=device, dtype=tdt)
+    out = torch.empty(rows, n, device=device, dtype=tdt)
+
+    def fn():
+        for w in ws:
+            torch.addmm(b, x, w.t(), out=out)
+
+    times, calls, _ = time_calls(fn, _sync_for(device), reps, min_rep_s, warmup=1)
+    times = [t / len(ws) for t in times]
+    s = _summary(times)
+    nbytes = n * k * ws[0].element_size()
+    return GemvPoint(device=device, dtype=dtype, rows=rows, n=n, k=k, weight_bytes=nbytes, reps=reps,
+                     calls_per_rep=calls * len(ws), bytes_per_s=nbytes / s["median_s"],
+                     bytes_per_s_best=nbytes / s["min_s"], **s)
+
+
 # --------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------
@@ -410,6 +479,7 @@ def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | 
         "synchronised around every timed region",
         "peak = best median over the size sweep",
         "STREAM bytes: copy and scale count 2 arrays, add and triad 3 (write-allocate traffic not counted)",
+        "GEMV bytes: the weight matrix W only, read once per y = x @ W.T + b call (x with 1 or 8 rows)",
         "1 GB/s = 1e9 B/s",
     ]
     return BenchResult(machine_key=machine_key(specs), quick=quick,
@@ -464,6 +534,22 @@ def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stre
             elements, why = _stream_elements(dev, specs, quick)
             say(f"{dev} STREAM on {elements * 4 / 2**20:.0f} MiB arrays")
             db.stream = bench_stream(dev, elements, reps=n_reps, min_rep_s=min_rep_s)
+            # GEMV: W of 4k x k (capped at one STREAM array), repeated in distinct copies up to one
+            # STREAM array in all (4x the last-level cache): every call reads its W from memory, as
+            # decode does once its weights exceed the cache.
+            total = elements * 4
+            for dtype in GEMV_DTYPES["cuda" if is_gpu else "cpu"]:
+                for rows, k in GEMV_POINTS:
+                    esize = 2 if dtype == "bf16" else 4
+                    n = max(1, min(4 * k, total // (k * esize)))
+                    count = max(1, math.ceil(total / (n * k * esize)))
+                    say(f"{dev} GEMV {dtype} rows={rows} {count} x W {n}x{k}")
+                    try:
+                        db.gemv.append(bench_gemv(dev, dtype, n, k, rows, reps=n_reps, min_rep_s=min_rep_s,
+                                                  count=count))
+                    except (RuntimeError, TypeError, NotImplementedError) as exc:
+                        db.skipped.append(f"GEMV {dtype}: not supported here ({str(exc).splitlines()[0][:120]})")
+                        break
         db.comparisons = compare(db, specs, load_before)
         results.append(db)
         if is_gpu:
@@ -616,5 +702,5 @@ def _gpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[s
     return reasons + _curve_reasons(db, dtype, best)
 
 
-__all__ = ["BenchResult", "Comparison", "DeviceBench", "MatmulPoint", "StreamPoint", "bench_matmul",
-           "bench_stream", "compare", "run_bench", "time_calls"]
+__all__ = ["BenchResult", "Comparison", "DeviceBench", "GemvPoint", "MatmulPoint", "StreamPoint", "bench_gemv",
+           "bench_matmul", "bench_stream", "compare", "run_bench", "time_calls"]

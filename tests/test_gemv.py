@@ -1,0 +1,138 @@
+"""Few-row (GEMV) weight-read bandwidth: measured by the bench, used by the roofline for decode matmuls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tformer.cost.hardware import Device, device_from_dict
+from tformer.cost.ops import Op
+from tformer.cost.roofline import gemv_dims, measured_op_time, roofline
+from tformer.errors import TformerError
+from tformer.measure.bench import BenchResult, bench_gemv
+from tformer.measure.profile_store import PROFILE_VERSION, load_measured_device, profile_path
+
+CURVE = {"fp32": [[32, 1e10], [4096, 5e10]]}
+STREAM = {"copy": 8e9, "scale": 8e9, "add": 1e10, "triad": 1e10}
+# 1 row: 5 GB/s at k = 768, 20 GB/s at k = 3072; 8 rows: 4 GB/s flat.
+GEMV = {"fp32": [[1, 768, 5e9], [1, 3072, 2e10], [8, 768, 4e9], [8, 3072, 4e9]]}
+
+
+def _device(gemv=None, overhead=3e-6):
+    return Device("fake cpu", "measured", {"fp32": 5e10}, bandwidth=1e10, source="test", matmul_curve=CURVE,
+                  stream_bandwidth=STREAM, call_overhead_s=overhead, gemv_bandwidth=gemv or {})
+
+
+def _linear(rows, k=768, n=3072):
+    flops = 2 * rows * k * n
+    read = 4 * (rows * k + k * n + n)
+    written = 4 * rows * n
+    return Op(name="mlp.up", kind="ffn_up", layer=0, phase="forward", shapes=f"[{rows}, {k}] @ [{k}, {n}] + bias",
+              matmul_flops=flops, bytes_read=read, bytes_written=written)
+
+
+def test_gemv_dims_only_for_few_rows_with_a_weight():
+    assert gemv_dims(_linear(1)) == (1, 768)
+    assert gemv_dims(_linear(8)) == (8, 768)
+    assert gemv_dims(_linear(9)) is None
+    assert gemv_dims(_linear(8192)) is None
+    bmm = Op(name="attn.scores", kind="scores", layer=0, phase="forward", shapes="[1, 12, 1, 64] @ [1, 12, 64, 513]",
+             matmul_flops=10, bytes_read=10, bytes_written=1)
+    assert gemv_dims(bmm) is None  # a batched product over the KV cache, not a weight GEMV
+
+
+def test_batch_one_matmul_is_bytes_over_gemv_bandwidth_plus_overhead():
+    op = _linear(1)
+    with_gemv, without = _device(GEMV), _device()
+    t, bound, _ = measured_op_time(op, with_gemv, "fp32", 5e10)
+    assert bound == "memory"
+    assert t == pytest.approx(op.bytes / 5e9 + 3e-6)  # k = 768: the 1-row point
+    t_old, _, _ = measured_op_time(op, without, "fp32", 5e10)
+    assert t_old == pytest.approx(op.bytes / 1e10 + 3e-6)  # no GEMV measured: STREAM triad, as before
+    # k between measured points: interpolated in log k (k = 1536 is halfway between 768 and 3072).
+    mid = _linear(1, k=1536)
+    t_mid, _, _ = measured_op_time(mid, with_gemv, "fp32", 5e10)
+    assert t_mid == pytest.approx(mid.bytes / 1.25e10 + 3e-6)
+    # 2..8 rows use the 8-row points.
+    four = _linear(4)
+    t4, _, _ = measured_op_time(four, with_gemv, "fp32", 5e10)
+    assert t4 == pytest.approx(four.bytes / 4e9 + 3e-6)
+
+
+def test_large_batch_matmul_is_unchanged_and_roofline_notes_the_source():
+    big = _linear(8192)
+    a = measured_op_time(big, _device(GEMV), "fp32", 5e10)
+    b = measured_op_time(big, _device(), "fp32", 5e10)
+    assert a == b
+    # Through roofline(): a ledger with one of each; only the one-row op changes.
+    from types import SimpleNamespace
+
+    ledger = SimpleNamespace(workload=SimpleNamespace(dtype="fp32"), ops=[_linear(1), big])
+    new, old = roofline(ledger, _device(GEMV)), roofline(ledger, _device())
+    assert new.ops[1].time_s == old.ops[1].time_s
+    assert new.ops[0].time_s == pytest.approx(_linear(1).bytes / 5e9 + 3e-6)
+    assert "GEMV" in new.model and "5.0 GB/s at 1 row k=768" in new.model
+    assert "no GEMV bandwidth measured" in old.model
+    # A dtype with no GEMV measurement falls back to STREAM.
+    assert _device(GEMV).gemv_rate("bf16", 1, 768) is None
+    assert _device(GEMV).gemv_rate("fp32", 16, 768) is None  # above every measured row count
+
+
+def test_device_from_dict_reads_and_checks_gemv_bandwidth():
+    spec = {"name": "x", "kind": "measured", "peak_fp32": 1e11, "bandwidth": 1e10, "gemv_bandwidth": GEMV}
+    dev = device_from_dict(spec)
+    assert dev.gemv_rate("fp32", 1, 768) == 5e9
+    assert device_from_dict({"peak_fp32": 1e11, "bandwidth": 1e10}).gemv_bandwidth == {}
+    with pytest.raises(TformerError, match="gemv_bandwidth"):
+        device_from_dict({**spec, "gemv_bandwidth": {"fp32": [[1, 768]]}})
+    with pytest.raises(TformerError, match="gemv_bandwidth"):
+        device_from_dict({**spec, "gemv_bandwidth": {"fp99": []}})
+
+
+def test_bench_gemv_counts_weight_bytes():
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        p = bench_gemv("cpu", "fp32", 256, 128, rows=1, reps=3, min_rep_s=0.002, count=3)
+    finally:
+        torch.set_num_threads(prev)
+    assert p.weight_bytes == 256 * 128 * 4 and p.rows == 1 and p.k == 128
+    assert p.bytes_per_s == pytest.approx(p.weight_bytes / p.median_s)
+    assert p.min_s <= p.median_s <= p.max_s
+
+
+def _old_profile():
+    """A profile as saved before GEMV points existed: no "gemv" key."""
+    return {"machine_key": "old-machine", "created": "2024-01-01T00:00:00+00:00", "quick": True,
+            "torch_version": "t", "wall_s": 1.0, "devices": [{
+                "device": "cpu", "name": "old cpu", "threads": 2, "memory_bytes": 2**30,
+                "matmul": [{"device": "cpu", "dtype": "fp32", "n": 64, "flops": 2 * 64**3, "median_s": 1e-4,
+                            "min_s": 1e-4, "max_s": 1e-4, "q1_s": 1e-4, "q3_s": 1e-4, "reps": 3,
+                            "calls_per_rep": 10, "flops_per_s": 2 * 64**3 / 1e-4, "flops_per_s_best": 2 * 64**3 / 1e-4}],
+                "stream": [{"device": "cpu", "kernel": "triad", "elements": 10, "element_bytes": 4, "bytes": 120,
+                            "median_s": 1e-8, "min_s": 1e-8, "max_s": 1e-8, "q1_s": 1e-8, "q3_s": 1e-8, "reps": 3,
+                            "calls_per_rep": 10, "bytes_per_s": 1.2e10, "bytes_per_s_best": 1.2e10}],
+                "skipped": [], "comparisons": []}]}
+
+
+def test_profile_without_gemv_still_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = profile_path("old-machine")
+    import os
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"version": PROFILE_VERSION, "result": _old_profile()}, fh)
+    dev = load_measured_device("old-machine")
+    assert dev.gemv_bandwidth == {} and dev.bandwidth == 1.2e10
+    assert dev.gemv_rate("fp32", 1, 768) is None
+    # A new result round-trips its GEMV points into the Device.
+    data = _old_profile()
+    data["devices"][0]["gemv"] = [{"device": "cpu", "dtype": "fp32", "rows": 1, "n": 10, "k": 768,
+                                   "weight_bytes": 30720, "median_s": 1e-6, "min_s": 1e-6, "max_s": 1e-6,
+                                   "q1_s": 1e-6, "q3_s": 1e-6, "reps": 3, "calls_per_rep": 5,
+                                   "bytes_per_s": 3.072e10, "bytes_per_s_best": 3.072e10}]
+    dev = BenchResult.from_dict(data).to_device("cpu")
+    assert dev.gemv_bandwidth == {"fp32": [[1, 768, 3.072e10]]}
