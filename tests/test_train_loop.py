@@ -106,3 +106,36 @@ def test_schedules_match_the_papers():
     assert warmup_cosine(50, 1e-3, 100, 1000) == pytest.approx(5e-4)
     assert warmup_cosine(550, 1e-3, 100, 1000, 1e-4) == pytest.approx(5.5e-4)
     assert warmup_cosine(1000, 1e-3, 100, 1000, 1e-4) == pytest.approx(1e-4)
+
+
+def test_fsdp_two_processes_match_one_process_and_save_plain_weights(tmp_path):
+    from safetensors.torch import load_model
+
+    from tformer.config import ModelConfig
+    from tformer.model import build
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    # --accum 2 also covers FSDP's gradient-sync switch between micro-batches.
+    assert _run("--out", str(one), "--dropout", "0", "--steps", "10", "--accum", "2").returncode == 0
+    result = _run("--out", str(two), "--dropout", "0", "--steps", "10", "--accum", "2", "--fsdp", torchrun=2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _losses(one) == pytest.approx(_losses(two), rel=1e-5)
+    a, b = _weights(one), _weights(two)
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+    plain = build(ModelConfig(n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=32, max_positions=16))
+    missing, unexpected = load_model(plain, str(two / "final" / "model.safetensors"))
+    assert not missing and not unexpected
+    assert (tmp_path / "two" / "checkpoint" / "optimizer.safetensors").exists()
+
+
+def test_fsdp_run_killed_then_resumed_matches_one_process(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert _run("--out", str(one), "--dropout", "0", "--steps", "10").returncode == 0
+    died = _run("--out", str(two), "--dropout", "0", "--steps", "10", "--fsdp", "--kill-at", "5", torchrun=2)
+    assert died.returncode != 0
+    assert json.loads((two / "checkpoint" / "state.json").read_text())["step"] == 5
+    resumed = _run("--out", str(two), "--dropout", "0", "--steps", "10", "--fsdp", "--resume", torchrun=2)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert _losses(one) == pytest.approx(_losses(two), rel=1e-5)
+    a, b = _weights(one), _weights(two)
+    assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)

@@ -32,6 +32,7 @@ def main() -> None:
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--kill-at", type=int, default=0)
+    p.add_argument("--fsdp", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
     distributed.init_from_env("cpu")
@@ -41,13 +42,14 @@ def main() -> None:
     torch.manual_seed(42)
     model = build(config)
     args = TrainArgs(out=a.out, max_steps=a.steps, batch_size=8, grad_accum=a.accum, lr=3e-3, warmup=5,
-                     eval_interval=5, eval_batches=2, log_interval=1, ckpt_interval=5, seed=7)
+                     eval_interval=5, eval_batches=2, log_interval=1, ckpt_interval=5, seed=7,
+                     fsdp=a.fsdp)
     trainer = Trainer(model, CausalLMSource(stream[:5000], stream[5000:], 16, seed=7), args, log=lambda s: None)
     if a.kill_at:
         real_save = trainer.save
 
-        def save_then_die():
-            real_save()
+        def save_then_die(**kwargs):
+            real_save(**kwargs)
             if trainer.step == a.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
 

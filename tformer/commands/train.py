@@ -46,6 +46,11 @@ def add_arguments(p) -> None:
     run.add_argument("--precision", default=d.precision, help="fp32 | bf16 | fp16 (autocast)")
     run.add_argument("--compile", action="store_true", help="torch.compile the model")
     run.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
+    run.add_argument("--fsdp", action="store_true",
+                     help="with torchrun: shard weights, gradients and optimizer state over the processes "
+                          "(FSDP2) instead of a full copy each (DDP), for models too big for one device")
+    run.add_argument("--no-progress", action="store_true",
+                     help="plain log lines even on a terminal (the live bar is only drawn when stderr is a TTY)")
 
 
 def run(args) -> int:
@@ -58,6 +63,7 @@ def run(args) -> int:
     from tformer.errors import TformerError
     from tformer.train import distributed
     from tformer.train.loop import TrainArgs, Trainer
+    from tformer.train.progress import TrainProgress
     from tformer.train.setup import base_config, build_run, save_run_files
 
     # Before any parallel op: OpenMP workers copy the floating-point mode when they start. Adam's
@@ -82,17 +88,19 @@ def run(args) -> int:
         label_smoothing=args.label_smoothing, eval_interval=args.eval_interval, eval_batches=args.eval_batches,
         log_interval=args.log_interval, ckpt_interval=args.ckpt_interval, sample_interval=args.sample_interval,
         seed=args.seed, device=device, precision=args.precision, compile=args.compile,
-        activation_checkpointing=args.activation_checkpointing,
+        activation_checkpointing=args.activation_checkpointing, fsdp=args.fsdp,
     )
     targs.validate()
     out = Path(args.out)
     if not args.resume and (out / "checkpoint").exists():
         raise TformerError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     run_ = build_run(args.data, config, seq_len, args.seed, args.tokenizer, args.vocab_size, args.hf, args.max_pairs)
-    log = (lambda s: print(s, flush=True)) if world.rank == 0 else (lambda *_: None)
+    # None = draw the live bar only if stderr is a terminal; off for other ranks and with --no-progress.
+    progress = TrainProgress(enabled=False if args.no_progress or world.rank != 0 else None)
+    log = progress.print if world.rank == 0 else (lambda *_: None)
     flops, peak = _flops_and_peak(run_.model.config, seq_len, run_.source.tokens_per_row, args, device, log)
     trainer = Trainer(run_.model, run_.source, targs, flops_per_step=flops, peak_flops=peak,
-                      sampler=_sampler(run_) if run_.objective == "causal" else None, log=log)
+                      sampler=_sampler(run_) if run_.objective == "causal" else None, log=log, progress=progress)
     if world.rank == 0:
         save_run_files(out, run_, vars(args) | {"train_args": asdict(targs)})
         n = run_.model.num_parameters()
@@ -103,7 +111,10 @@ def run(args) -> int:
         trainer.resume()
     result = trainer.run()
     if world.rank == 0 and run_.objective == "seq2seq":
-        _report_decoding(run_, out, log)
+        if trainer.fsdp:  # the sharded model cannot decode on rank 0 alone; the final weights can
+            log(f"held-out decoding skipped under --fsdp; run `tformer` decoding on {out / 'final'}")
+        else:
+            _report_decoding(run_, out, log)
     if world.rank == 0 and "val_loss" in result:
         log(f"done: step {result['step']}, val loss {result['val_loss']:.4f} nats/token "
             f"(ppl {math.exp(min(result['val_loss'], 50)):.2f}); weights in {out / 'final'}")

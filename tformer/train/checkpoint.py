@@ -23,6 +23,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from tformer.config import ModelConfig
 from tformer.errors import TformerError
 from tformer.io.atomic import atomic_dir, existing_dir
+from tformer.train import fsdp
 
 
 def _unwrap(model):
@@ -36,18 +37,31 @@ def _unwrap(model):
             return model
 
 
-def save_weights(model, directory: str | Path) -> None:
-    """config.json + model.safetensors, atomically (the final-weights export)."""
+def save_weights(model, directory: str | Path, weights: dict[str, torch.Tensor] | None = None) -> None:
+    """config.json + model.safetensors, atomically (the final-weights export).
+
+    ``weights``: full tensors gathered from a sharded (FSDP) model, ties already dropped; default: the model's own.
+    """
     model = _unwrap(model)
     with atomic_dir(directory) as tmp:
         (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=1))
-        save_model(model, str(tmp / "model.safetensors"))
+        _write_weights(model, tmp / "model.safetensors", weights)
+
+
+def _write_weights(model, path: Path, weights) -> None:
+    if weights is None:
+        save_model(model, str(path))
+    else:
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(path), metadata={"format": "pt"})
 
 
 def save_checkpoint(directory: str | Path, model, optimizer, state: dict[str, Any],
-                    extra_tensors: dict[str, torch.Tensor] | None = None) -> None:
+                    extra_tensors: dict[str, torch.Tensor] | None = None,
+                    full_state: tuple[dict, dict] | None = None) -> None:
+    """``full_state``: (weights, optimizer state_dict) gathered from an FSDP model (tformer.train.fsdp)."""
     model = _unwrap(model)
-    opt_tensors, opt_meta = _flatten_optimizer(optimizer.state_dict())
+    weights, optim_sd = full_state if full_state is not None else (None, optimizer.state_dict())
+    opt_tensors, opt_meta = _flatten_optimizer(optim_sd)
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
@@ -57,7 +71,7 @@ def save_checkpoint(directory: str | Path, model, optimizer, state: dict[str, An
     np_state = np.random.get_state()
     with atomic_dir(directory) as tmp:
         (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=1))
-        save_model(model, str(tmp / "model.safetensors"))
+        _write_weights(model, tmp / "model.safetensors", weights)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         (tmp / "optimizer.json").write_text(json.dumps(opt_meta))
         save_file({k: v.contiguous() for k, v in rng.items()}, str(tmp / "rng.safetensors"))
@@ -84,15 +98,23 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
                     f"checkpoint at {found} was trained with a different model ({', '.join(diff[:4])} differ); "
                     "resume with the same --preset/--set options or start a new --out directory"
                 )
-        missing, unexpected = load_model(model, str(found / "model.safetensors"), strict=False)
-        if missing or unexpected:
-            raise TformerError(f"checkpoint weights do not fit the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
         state = json.loads((found / "state.json").read_text())
         rng = load_file(str(found / "rng.safetensors"))
+        optim_sd = None
         if optimizer is not None:
             tensors = load_file(str(found / "optimizer.safetensors"))
             meta = json.loads((found / "optimizer.json").read_text())
-            optimizer.load_state_dict(_unflatten_optimizer(tensors, meta))
+            optim_sd = _unflatten_optimizer(tensors, meta)
+        if fsdp.is_sharded(model):
+            # Every rank reads the full tensors and keeps its own shard.
+            fsdp.load_full(model, optimizer, load_file(str(found / "model.safetensors")), optim_sd)
+        else:
+            missing, unexpected = load_model(model, str(found / "model.safetensors"), strict=False)
+            if missing or unexpected:
+                raise TformerError(f"checkpoint weights do not fit the model (missing {missing[:3]}, "
+                                   f"unexpected {unexpected[:3]})")
+            if optim_sd is not None:
+                optimizer.load_state_dict(optim_sd)
     except (OSError, json.JSONDecodeError, SafetensorError, KeyError, ValueError, RuntimeError) as exc:
         if isinstance(exc, TformerError):
             raise

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from tformer.errors import TformerError
 from tformer.io.atomic import existing_dir
 from tformer.train import distributed as dist_util
+from tformer.train import fsdp
 from tformer.train.checkpoint import load_checkpoint, save_checkpoint, save_weights
 from tformer.train.metrics import MetricsLog
 from tformer.train.optim import make_optimizer
@@ -54,6 +55,7 @@ class TrainArgs:
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 adds a GradScaler)
     compile: bool = False
     activation_checkpointing: bool = False
+    fsdp: bool = False  # shard weights/grads/optimizer over processes (FSDP2) instead of replicating (DDP)
 
     def validate(self) -> None:
         for name in ("max_steps", "batch_size", "grad_accum", "eval_batches", "log_interval"):
@@ -71,9 +73,11 @@ class Trainer:
     """Trains ``model`` on batches from ``source`` (see tformer.train.sources for the protocol)."""
 
     def __init__(self, model, source, args: TrainArgs, flops_per_step: float | None = None,
-                 peak_flops: float | None = None, sampler: Callable | None = None, log: Callable = print):
+                 peak_flops: float | None = None, sampler: Callable | None = None, log: Callable = print,
+                 progress=None):
         args.validate()
-        self.args, self.source, self.log = args, source, log
+        # progress: a tformer.train.progress.TrainProgress (rank 0 draws it); None = plain lines only.
+        self.args, self.source, self.log, self.progress = args, source, log, progress
         self.world = dist_util.world()
         if args.batch_size % (args.grad_accum * self.world.size):
             raise TformerError(
@@ -86,11 +90,19 @@ class Trainer:
         self.precision = _resolve_precision(args.precision, self.device, log)
         if args.activation_checkpointing:
             enable_activation_checkpointing(self.model)
+        self.fsdp = args.fsdp and self.world.size > 1
+        if self.fsdp:
+            # Before the optimizer: sharding swaps the parameters for DTensor shards.
+            fsdp.shard(self.model, self.device)
+            if sampler is not None and args.sample_interval:
+                log("note: no samples during --fsdp training (generation on rank 0 alone would need every rank)")
+                sampler = None
         self.optimizer = make_optimizer(model, args.optimizer, args.lr, args.weight_decay, betas=(0.9, args.beta2))
         min_lr = args.min_lr if args.min_lr is not None else args.lr / 10
         self.lr_at = make_schedule(args.schedule, args.lr, args.warmup, args.max_steps, model.config.d_model, min_lr)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision == torch.float16 else None
-        self.train_model = dist_util.wrap_ddp(self.model, self.device) if self.world.size > 1 else self.model
+        ddp = self.world.size > 1 and not self.fsdp
+        self.train_model = dist_util.wrap_ddp(self.model, self.device) if ddp else self.model
         if args.compile:
             self.train_model = torch.compile(self.train_model)
         self.flops_per_step, self.peak_flops, self.sampler = flops_per_step, peak_flops, sampler
@@ -115,7 +127,10 @@ class Trainer:
         for micro in range(self.args.grad_accum):
             batch = self.source.next_batch(self.micro_rows).shard(self.world.rank, self.world.size)
             last = micro == self.args.grad_accum - 1
-            sync = contextlib.nullcontext() if last or self.world.size == 1 else self.train_model.no_sync()
+            if self.fsdp:
+                sync = fsdp.grad_sync(self.model, last)
+            else:
+                sync = contextlib.nullcontext() if last or self.world.size == 1 else self.train_model.no_sync()
             with sync:
                 loss, _ = self._loss(self.train_model, batch)
                 scaled = loss / self.args.grad_accum
@@ -159,14 +174,29 @@ class Trainer:
             MetricsLog(self.out).truncate_after(self.step)
         self.log(f"resumed from step {self.step} ({self.elapsed:.1f} s trained so far)")
 
-    def save(self) -> None:
+    def save(self, final: bool = False) -> None:
+        """Checkpoint (and with ``final``, the weights export) from rank 0; under FSDP every rank must call it."""
+        full = fsdp.full_state(self.model, self.optimizer) if self.fsdp else None  # collective gather
         if self.world.rank != 0:
             return
         state = {"step": self.step, "elapsed_s": self.elapsed, "best_val_loss": self.best_val,
                  "train_args": asdict(self.args)}
-        save_checkpoint(self.out / "checkpoint", self.model, self.optimizer, state, self.source.state_dict())
+        save_checkpoint(self.out / "checkpoint", self.model, self.optimizer, state, self.source.state_dict(),
+                        full_state=full)
+        if final:
+            save_weights(self.model, self.out / "final", weights=full[0] if full else None)
 
     def run(self) -> dict:
+        bar = self.progress if self.world.rank == 0 and self.progress is not None and self.progress.enabled else None
+        if bar is not None:
+            bar.start(self.args.max_steps, self.step)
+        try:
+            return self._run(bar)
+        finally:
+            if bar is not None:
+                bar.stop()  # also on errors, so the terminal is left clean
+
+    def _run(self, bar) -> dict:
         args, rank0 = self.args, self.world.rank == 0
         metrics = MetricsLog(self.out) if rank0 else None
         start = time.perf_counter() - self.elapsed
@@ -174,6 +204,7 @@ class Trainer:
         tokens_per_step = self.source.tokens_per_row * args.batch_size
         last = {}
         while self.step < args.max_steps:
+            step_start = time.perf_counter()
             loss = self.train_step()
             if not math.isfinite(loss):
                 raise TformerError(f"training diverged at step {self.step} (loss {loss}); lower --lr or raise --warmup")
@@ -181,6 +212,11 @@ class Trainer:
             self.elapsed = time.perf_counter() - start
             out_of_time = args.time_budget is not None and self.elapsed >= args.time_budget
             done = self.step >= args.max_steps or out_of_time
+            if bar is not None:
+                step_tps = tokens_per_step / max(time.perf_counter() - step_start, 1e-9)
+                mfu = (self.flops_per_step / tokens_per_step * step_tps / self.peak_flops
+                       if self.flops_per_step and self.peak_flops else None)
+                bar.update(self.step, args.max_steps, loss, step_tps, self.elapsed, args.time_budget, mfu)
             record = None
             if self.step % args.log_interval == 0 or done:
                 now = time.perf_counter()
@@ -199,14 +235,14 @@ class Trainer:
                 record["val_ppl"] = math.exp(min(val, 50))
             if record is not None and rank0:
                 metrics.write(record)
-                self.log(_format(record, args.max_steps, args.time_budget))
+                # With a live bar, train-only lines would repeat what the bar shows; eval results still print.
+                if bar is None or "val_loss" in record:
+                    self.log(_format(record, args.max_steps, args.time_budget))
                 last = record
             if self.sampler and args.sample_interval and self.step % args.sample_interval == 0 and rank0:
                 self.log("sample: " + self.sampler(self.model))
             if self.step % args.ckpt_interval == 0 or done:
-                self.save()
-                if rank0:
-                    save_weights(self.model, self.out / "final")
+                self.save(final=True)
             if out_of_time:
                 self.log(f"time budget of {args.time_budget:.0f} s reached at step {self.step}")
                 break
