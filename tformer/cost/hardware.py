@@ -95,9 +95,9 @@ class Device:
     def gemv_rate(self, dtype: str, rows: int, k: int) -> float | None:
         """Measured bytes/s at which a ``rows``-row matmul reads a weight matrix of ``k`` inputs per row.
 
-        One row uses the one-row points (BLAS GEMV kernel); 2 or more rows use the smallest measured
-        row count >= 2 that covers ``rows`` (BLAS GEMM kernel, whose weight-read rate is about flat
-        from 2 to 16 rows). Interpolated in log k, flat beyond the measured k. None when not measured
+        One row uses the one-row points (a GEMV kernel); 2 or more rows use the smallest measured
+        row count >= 2 that covers ``rows`` (a GEMM kernel; conservative for 2-7 rows, which read
+        somewhat faster than 8). Interpolated in log k, flat beyond the measured k. None when not measured
         for ``dtype`` or ``rows`` is above every measured row count.
         """
         points = self.gemv_bandwidth.get(dtype) or []

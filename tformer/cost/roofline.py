@@ -77,9 +77,9 @@ def matmul_dims(shapes: str) -> tuple[int, int, int, int] | None:
 
 
 # A matmul with few rows reads its weights at the measured few-row rate (bench: y = x @ W.T + b with x
-# of 1 and 8 rows, W beyond the cache), not at STREAM's: BLAS runs M = 1 through its GEMV kernel and
-# small M through a GEMM kernel that packs W, and neither streams like triad (on a 2-core EPYC: 1 row
-# 13-25 GB/s by k, 2-16 rows 7-12 GB/s, triad 21-50 GB/s). Such a product has intensity ~M/2 FLOP/B
+# of 1 and 8 rows through the model's own Linear call, W beyond the cache), not at STREAM's: a GEMV
+# kernel or a GEMM kernel that packs W does not stream like triad (on a 2-core EPYC: 1 row 17-18
+# GB/s, 8 rows 7-8 GB/s, copy 18-38 GB/s by the day). Such a product has intensity ~M/2 FLOP/B
 # in fp32 (<= 4 at M <= 8), below the ridge point, so its time is the weight read. Up to 8 rows, the
 # largest measured (and `tformer profile`'s default decode batch); beyond, STREAM as before (no
 # measurement to extrapolate from). Only a product with a 2-D right operand (a weight, as in

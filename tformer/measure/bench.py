@@ -9,9 +9,10 @@ Method (stated in every result):
 - Bandwidth: the four STREAM kernels on fp32 arrays at least 4x the last-level cache, bytes
   counted by the STREAM convention: copy and scale 2 arrays per element, add and triad 3. Stores
   that first read the line (write-allocate) are real traffic STREAM does not count.
-- GEMV: y = x @ W.T + b (what nn.Linear runs for one token) with W well beyond the last-level
-  cache; bytes counted = the bytes of W only (x, b and y are a rounding error). Batch-1 decode is a
-  chain of these, and a BLAS GEMV reads weights at its own rate, not at the STREAM rate.
+- GEMV: y = x @ W.T + b for one or a few rows, through the same call the model's Linear layers make
+  (tformer.model.linear.linear), with W well beyond the last-level cache; bytes counted = the bytes
+  of W only (x, b and y are a rounding error). Batch-1 decode is a chain of these, and they read
+  weights at their own rate, not at the STREAM rate.
 """
 
 from __future__ import annotations
@@ -328,11 +329,10 @@ def bench_stream(device: str, elements: int, reps: int = 5, min_rep_s: float = 0
 
 
 # (rows, k) points, W of transformer shape (4k x k, an MLP up-projection; at most one STREAM array).
-# The weight-read rate depends on the row length k (one row on a 2-core EPYC: ~11 GB/s at k = 768,
-# ~20 GB/s at k = 2048) and on whether x has one row (BLAS GEMV kernel) or several (GEMM kernel,
-# ~10 GB/s, about flat from 2 to 16 rows), and for several rows on W's shape too (a 40000 x 768 W
-# reads at ~7 GB/s where 3072 x 768 ones read at ~10), hence transformer-shaped W. 8 rows is
-# `tformer profile`'s default decode batch.
+# The weight-read rate depends on the row length k and on the row count. Measured on a 2-core EPYC
+# through the model's Linear (rows cut across both cores): 1 row 17-18 GB/s, 8 rows 7-8 GB/s; through
+# plain F.linear (BLAS, one thread for one row): 1 row 11 GB/s at k = 768 to 18 at k = 4096, 8 rows
+# 3-6 GB/s. 8 rows is a common decode batch (bench/decode_speed.py runs batch 1 and 8).
 GEMV_POINTS = tuple((rows, k) for rows in (1, 8) for k in (768, 2048, 4096))
 # bf16 GEMV on a CPU without native bf16 runs through a conversion path, compute-bound and slow:
 # measured on GPUs only, where it is cheap and decode commonly runs in bf16.
@@ -341,21 +341,24 @@ GEMV_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "bf16")}
 
 def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int = 5,
                min_rep_s: float = 0.02, count: int = 1) -> GemvPoint:
-    """y = x @ W.T + b with x (rows, k) and ``count`` distinct W (n, k), called in turn: nn.Linear's own
-    call (addmm on W's transpose), one layer's weights after another as in decode, so with enough
-    bytes in all no call finds its W in the cache. Bytes and times are per call of one W."""
+    """y = x @ W.T + b with x (rows, k) and ``count`` distinct W (n, k), called in turn through the
+    model's own Linear call (so the prediction is for the kernel decode really runs), one layer's
+    weights after another as in decode, so with enough bytes in all no call finds its W in the
+    cache. Bytes and times are per call of one W."""
     import torch
+
+    from tformer.model.linear import linear
 
     tdt = _torch_dtype(dtype)
     gen = torch.Generator(device="cpu").manual_seed(k)
     ws = [torch.randn(n, k, generator=gen).to(device=device, dtype=tdt) for _ in range(max(1, count))]
     x = torch.randn(rows, k, generator=gen).to(device=device, dtype=tdt)
     b = torch.zeros(n, device=device, dtype=tdt)
-    out = torch.empty(rows, n, device=device, dtype=tdt)
 
     def fn():
-        for w in ws:
-            torch.addmm(b, x, w.t(), out=out)
+        with torch.no_grad():
+            for w in ws:
+                linear(x, w, b)
 
     times, calls, _ = time_calls(fn, _sync_for(device), reps, min_rep_s, warmup=1)
     times = [t / len(ws) for t in times]

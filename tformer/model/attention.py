@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tformer.model.linear import Linear
 from tformer.model.masks import AttentionMask, causal_mask
 from tformer.model.position import apply_rope
 
@@ -64,10 +65,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         d, self.n_heads, self.n_kv_heads, self.head_dim = config.d_model, config.n_heads, config.kv_heads, config.d_head
         self.layer_idx, self.cross = layer_idx, cross
-        self.q_proj = nn.Linear(d, self.n_heads * self.head_dim, bias=config.bias)
-        self.k_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
-        self.v_proj = nn.Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, d, bias=config.bias)
+        self.q_proj = Linear(d, self.n_heads * self.head_dim, bias=config.bias)
+        self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
+        self.v_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
+        self.o_proj = Linear(self.n_heads * self.head_dim, d, bias=config.bias)
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.scale_attention else 1.0
         self.dropout_p = config.attention_dropout
         self.impl = config.attn_impl

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tformer.model.linear import Linear
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -18,7 +19,7 @@ class DecoderLM(TransformerModel):
     def __init__(self, config):
         super().__init__(config)
         self.decoder = Stack(config, config.n_layers, causal=True)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tie_weights()
 
     def new_cache(self, max_length: int | None = None) -> KVCache:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tformer.model.linear import Linear
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.feedforward import ACTIVATIONS
@@ -21,7 +22,7 @@ class Pooler(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(h[:, 0]))
@@ -32,10 +33,10 @@ class MLMHead(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
         self.act = ACTIVATIONS[config.activation]
         self.norm = make_norm(config)
-        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=config.bias)
+        self.decoder = Linear(config.d_model, config.vocab_size, bias=config.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(h))))

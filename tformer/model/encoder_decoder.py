@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tformer.model.linear import Linear
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -21,7 +22,7 @@ class EncoderDecoderModel(TransformerModel):
         super().__init__(config)
         self.encoder = Stack(config, config.n_layers, causal=False)
         self.decoder = Stack(config, config.decoder_layers, causal=True, cross=True)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tie_weights()
         if config.final_logits_bias:  # BART keeps a (normally zero) bias buffer on the logits
             self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tformer.model.linear import Linear
+
 ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact, with erf (BERT, BART)
@@ -23,9 +25,9 @@ class FeedForward(nn.Module):
     def __init__(self, config):
         super().__init__()
         d, d_ff, bias = config.d_model, config.d_ff, config.bias
-        self.up = nn.Linear(d, d_ff, bias=bias)
-        self.gate = nn.Linear(d, d_ff, bias=bias) if config.gated_mlp else None
-        self.down = nn.Linear(d_ff, d, bias=bias)
+        self.up = Linear(d, d_ff, bias=bias)
+        self.gate = Linear(d, d_ff, bias=bias) if config.gated_mlp else None
+        self.down = Linear(d_ff, d, bias=bias)
         self.act = ACTIVATIONS[config.activation]
         self.dropout = nn.Dropout(config.activation_dropout)
 
