@@ -7,16 +7,18 @@ bench, and detection is stubbed (the theoretical peak is then "unknown", which i
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from tformer.cli import main
-from tformer.config import preset
+from tformer.config import preset, preset_names
 from tformer.cost.hardware import Device
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import matmul_dims, roofline
 from tformer.measure.bench import BenchResult, DeviceBench, MatmulPoint, StreamPoint
 from tformer.measure.profile import profile_model
+from tformer.measure.step import _skeleton
 
 TINY = ["n_layers=2", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=40", "max_positions=32"]
 FAKE = Device("fake cpu", "measured", {"fp32": 5e10}, bandwidth=1e10, source="test",
@@ -127,12 +129,30 @@ def test_decode_and_prefill_run_and_match_ledger():
         assert r.tokens == (2 if w.phase == "decode" else 16)
 
 
+@pytest.mark.parametrize("name", preset_names())
+def test_skeleton_has_the_full_models_ops_at_negligible_size(name):
+    config = preset(name)
+    phases = [Workload(phase="train", batch=8, seq=64), Workload(phase="forward", batch=8, seq=64)]
+    if config.arch != "encoder":
+        phases.append(Workload(phase="decode", batch=4, seq=64, context=63))
+    for w in phases:
+        small, work = _skeleton(config, w)
+        full, skel = ledger(config, w), ledger(small, work)
+        assert [(o.name, o.kind, o.phase) for o in skel.ops] == [(o.name, o.kind, o.phase) for o in full.ops]
+        assert small.d_head == 8 and work.batch == 1 and work.seq <= 16
+        assert skel.flops["total"] < full.flops["total"] / 50
+
+
 def test_result_json_has_step_times_tokens_per_second_and_mfu():
     r = profile_model(tiny(), Workload(phase="train", batch=2, seq=8), hardware=FAKE, steps=2, warmup=1)
     d = json.loads(json.dumps(r.to_dict()))
     assert d["step_time_s"]["measured"] == r.step.measured_s > 0
+    # On a CPU the per-op fixed cost is measured on the model's skeleton and replaces the device's.
+    assert r.call_overhead_s > 0 and r.call_overhead_s != FAKE.call_overhead_s
+    assert any("skeleton" in n for n in r.notes)
+    calibrated = replace(FAKE, call_overhead_s=r.call_overhead_s)
     assert d["step_time_s"]["predicted"] == pytest.approx(roofline(ledger(tiny(), Workload(phase="train", batch=2, seq=8)),
-                                                                   FAKE).time_s)
+                                                                   calibrated).time_s)
     assert d["step_time_s"]["ratio"] == pytest.approx(d["step_time_s"]["predicted"] / d["step_time_s"]["measured"])
     assert d["tokens_per_s"] == pytest.approx(16 / r.step.measured_s)
     assert d["mfu"] == pytest.approx(r.utilization.model_flops / r.step.measured_s / 5e10)

@@ -392,8 +392,8 @@ def _profile(config, workload, device: str | None = None, hardware=None, steps: 
     """
     from tformer.cost.ledger import ledger
     from tformer.cost.roofline import COMPUTE_DTYPE, roofline
-    from tformer.measure.optime import FlopRecorder, Hooks, Timeline, call_overhead
-    from tformer.measure.step import StepRunner
+    from tformer.measure.optime import FlopRecorder, Hooks, Timeline
+    from tformer.measure.step import StepRunner, framework_overhead
 
     say = progress or (lambda _m: None)
     for label, value, low in (("steps", steps, 1), ("warmup", warmup, 0)):
@@ -408,12 +408,16 @@ def _profile(config, workload, device: str | None = None, hardware=None, steps: 
     lg = ledger(config, workload)
     StepRunner.check(config, workload)  # bad input fails here, before a bench or a model build
     hw, notes = resolve_profile_hardware(hardware, device, progress=say)
-    if hw.kind == "measured" and hw.call_overhead_s is None and device == "cpu":
+    if hw.kind == "measured" and device == "cpu":
+        # On a CPU the framework's glue runs in line with the arithmetic, so it adds to the step: a
+        # few ms per decode step of GPT-2, several times the cost of one bare op call per op.
         from dataclasses import replace
 
-        hw = replace(hw, call_overhead_s=call_overhead())
-        notes.append(f"per-op fixed cost {hw.call_overhead_s * 1e6:.1f} µs: measured now (median time of a tiny "
-                     "nn.Linear call: Python, dispatcher, kernel launch) and added to every predicted op")
+        say("measuring the framework's per-op cost on the model's skeleton")
+        per_op, how = framework_overhead(config, workload, device, hw)
+        hw = replace(hw, call_overhead_s=per_op)
+        notes.append(f"per-op fixed cost (Python, module calls, dispatcher, views, cache and autograd "
+                     f"bookkeeping), measured now and added to every predicted op: {how}")
     roof = roofline(lg, hw, efficiency)
     sync = _sync_for(device)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

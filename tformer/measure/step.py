@@ -5,6 +5,10 @@ depend on the values (dropout aside, which follows the config in training, as th
 
 from __future__ import annotations
 
+import statistics
+import time
+from dataclasses import replace
+
 import torch
 
 from tformer.errors import TformerError
@@ -173,3 +177,55 @@ class StepRunner:
 
 
 __all__ = ["StepRunner", "TORCH_DTYPES"]
+
+
+def _skeleton(config, workload):
+    """The same architecture and phase at a width and length where arithmetic and bytes vanish:
+    8-wide heads, batch 1, at most 16 tokens. What is left of its step time is the glue."""
+    d = 8 * config.n_heads
+    vocab = min(config.vocab_size, 256)
+    ids = {k: (None if v is None else min(v, vocab - 1)) for k, v in
+           (("pad_token_id", config.pad_token_id), ("bos_token_id", config.bos_token_id),
+            ("eos_token_id", config.eos_token_id), ("decoder_start_token_id", config.decoder_start_token_id))}
+    small = replace(config, d_model=d, head_dim=8 if config.head_dim is not None else None, d_ff=4 * d,
+                    vocab_size=vocab, **ids)
+    short = min(workload.seq, 16)
+    work = replace(workload, batch=1, seq=short,
+                   seq_decoder=None if workload.seq_decoder is None else min(workload.seq_decoder, 16),
+                   context=None if workload.context is None else min(workload.context, short - 1))
+    return small, work
+
+
+def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmup: int = 3) -> tuple[float, str]:
+    """Measured seconds per ledger op that this model's step spends outside arithmetic and memory
+    traffic: Python, module calls, the dispatcher, views, cache bookkeeping, thread wake-ups,
+    autograd and optimizer bookkeeping in training. Far more than one bare op call (a decode step
+    of GPT-2 makes about 15 framework calls per ledger op), and it depends on the phase.
+
+    How: run the model's skeleton (``_skeleton``: same layers and phase, 8-wide heads, batch 1, a
+    few tokens), take its median step time, subtract its own roofline prediction (near zero), and
+    share the rest over its ledger ops, whose count equals the full model's. Returns (seconds per
+    op, how it was measured).
+    """
+    from tformer.cost.ledger import ledger
+    from tformer.cost.roofline import roofline
+
+    small, work = _skeleton(config, workload)
+    runner = StepRunner(small, work, device=device)
+    for _ in range(warmup):
+        t0 = time.perf_counter()
+        runner.step()
+    steps = max(5, min(steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))  # about 2 s at most
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        runner.step()
+        times.append(time.perf_counter() - t0)
+    step = statistics.median(times)
+    lg = ledger(small, work)
+    roof = roofline(lg, replace(hw, call_overhead_s=None)).time_s
+    per_op = max(step - (roof if isinstance(roof, float) else 0.0), 0.0) / max(len(lg.ops), 1)
+    how = (f"{per_op * 1e6:.1f} µs per op: the model's skeleton (same layers and phase; d_model {small.d_model}, "
+           f"batch 1, {work.seq} tokens) took {step * 1e3:.2f} ms per step (median of {steps}) for "
+           f"{len(lg.ops)} ledger ops, its arithmetic and bytes predicted at {roof * 1e3:.3f} ms")
+    return per_op, how
