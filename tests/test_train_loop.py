@@ -32,7 +32,7 @@ def _losses(out: Path) -> list[float]:
 
 
 def _weights(out: Path) -> dict:
-    return load_file(str(out / "final" / "model.safetensors"))
+    return load_file(str(out / "model.safetensors"))
 
 
 def test_loss_falls_and_metrics_are_logged(tmp_path):
@@ -43,7 +43,7 @@ def test_loss_falls_and_metrics_are_logged(tmp_path):
     assert any("val_loss" in r for r in records)
     assert records[-1]["train_loss"] < 0.5 * math.log(32)  # chance is ln 32 = 3.47 nats; the floor is ~0.65
     assert (tmp_path / "metrics.csv").read_text().startswith("step,")
-    assert (tmp_path / "final" / "model.safetensors").exists()
+    assert (tmp_path / "model.safetensors").exists()
 
 
 def test_sigkill_then_resume_is_bit_identical(tmp_path):
@@ -51,7 +51,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
     assert _run("--out", str(straight)).returncode == 0
     died = _run("--out", str(killed), "--kill-at", "10")
     assert died.returncode == -9  # really killed, mid-run
-    assert not (killed / "final").exists() or json.loads((killed / "checkpoint" / "state.json").read_text())["step"] == 10
+    assert not (killed / "model.safetensors").exists() or json.loads((killed / "checkpoint" / "state.json").read_text())["step"] == 10
     resumed = _run("--out", str(killed), "--resume")
     assert resumed.returncode == 0, resumed.stderr
     a, b = _weights(straight), _weights(killed)
@@ -123,7 +123,7 @@ def test_fsdp_two_processes_match_one_process_and_save_plain_weights(tmp_path):
     a, b = _weights(one), _weights(two)
     assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
     plain = build(ModelConfig(n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=32, max_positions=16))
-    missing, unexpected = load_model(plain, str(two / "final" / "model.safetensors"))
+    missing, unexpected = load_model(plain, str(two / "model.safetensors"))
     assert not missing and not unexpected
     assert (tmp_path / "two" / "checkpoint" / "optimizer.safetensors").exists()
 

@@ -15,7 +15,7 @@ from tformer.errors import TformerError
 
 # Commands listed here come first in --help, in this order; any other module in
 # tformer/commands/ follows alphabetically.
-COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train", "generate", "translate",
+COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train", "generate", "translate", "export",
                  "data", "attention", "presets", "demo"]
 
 

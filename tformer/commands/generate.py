@@ -69,7 +69,7 @@ def load_source(args):
 
 
 def load_checkpoint_dir(path):
-    """A training output directory: config.json + model.safetensors (or its final/ subfolder)."""
+    """A training output directory: config.json + model.safetensors (runs written before 0.1 kept them in final/)."""
     import json
 
     from safetensors import SafetensorError
@@ -83,7 +83,7 @@ def load_checkpoint_dir(path):
         raise TformerError(f"checkpoint directory {path} does not exist")
     weights_dir = path
     if not (path / "model.safetensors").is_file() and (path / "final" / "model.safetensors").is_file():
-        weights_dir = path / "final"  # a training run's output folder: the exported weights live in final/
+        weights_dir = path / "final"
     if not (weights_dir / "config.json").is_file() or not (weights_dir / "model.safetensors").is_file():
         raise TformerError(f"{path} has no config.json + model.safetensors; pass a training output folder "
                            "(or --hf for a Hugging Face folder)")

@@ -112,12 +112,12 @@ def run(args) -> int:
     result = trainer.run()
     if world.rank == 0 and run_.objective == "seq2seq":
         if trainer.fsdp:  # the sharded model cannot decode on rank 0 alone; the final weights can
-            log(f"held-out decoding skipped under --fsdp; run `tformer` decoding on {out / 'final'}")
+            log(f"held-out decoding skipped under --fsdp; run `tformer translate --ckpt {out}`")
         else:
             _report_decoding(run_, out, log)
     if world.rank == 0 and "val_loss" in result:
         log(f"done: step {result['step']}, val loss {result['val_loss']:.4f} nats/token "
-            f"(ppl {math.exp(min(result['val_loss'], 50)):.2f}); weights in {out / 'final'}")
+            f"(ppl {math.exp(min(result['val_loss'], 50)):.2f}); weights in {out / 'model.safetensors'}")
     distributed.shutdown()
     return 0
 

@@ -10,8 +10,11 @@ Layout of a checkpoint directory:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from tformer.config import ModelConfig
 from tformer.errors import TformerError
-from tformer.io.atomic import atomic_dir, existing_dir
+from tformer.io.atomic import atomic_dir, atomic_write_text, existing_dir
 from tformer.train import fsdp
 
 
@@ -38,14 +41,25 @@ def _unwrap(model):
 
 
 def save_weights(model, directory: str | Path, weights: dict[str, torch.Tensor] | None = None) -> None:
-    """config.json + model.safetensors, atomically (the final-weights export).
+    """config.json + model.safetensors in ``directory`` (the final-weights export beside the run's logs).
 
+    Each file is written under a temporary name and renamed, the weights before the config that
+    describes them, so a crash leaves either the previous export or the new one, never a torn file.
     ``weights``: full tensors gathered from a sharded (FSDP) model, ties already dropped; default: the model's own.
     """
     model = _unwrap(model)
-    with atomic_dir(directory) as tmp:
-        (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=1))
-        _write_weights(model, tmp / "model.safetensors", weights)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".model.safetensors.tmp-", dir=directory)
+    os.close(fd)
+    try:
+        _write_weights(model, Path(tmp), weights)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, directory / "model.safetensors")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    atomic_write_text(directory / "config.json", json.dumps(model.config.to_dict(), indent=1))
 
 
 def _write_weights(model, path: Path, weights) -> None:

@@ -184,7 +184,7 @@ class Trainer:
         save_checkpoint(self.out / "checkpoint", self.model, self.optimizer, state, self.source.state_dict(),
                         full_state=full)
         if final:
-            save_weights(self.model, self.out / "final", weights=full[0] if full else None)
+            save_weights(self.model, self.out, weights=full[0] if full else None)
 
     def run(self) -> dict:
         bar = self.progress if self.world.rank == 0 and self.progress is not None and self.progress.enabled else None
