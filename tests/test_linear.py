@@ -40,8 +40,8 @@ def _spy(monkeypatch):
 def test_layer_takes_split_path_for_few_rows_without_grad(monkeypatch):
     calls = _spy(monkeypatch)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    layer = Linear(64, 512)
-    x = torch.randn(1, 4, 64)
+    layer = Linear(256, 1024)
+    x = torch.randn(1, 4, 256)
     with torch.no_grad():
         got = layer(x)
     assert calls == [2]
@@ -51,16 +51,18 @@ def test_layer_takes_split_path_for_few_rows_without_grad(monkeypatch):
 def test_layer_keeps_plain_path_for_training_many_rows_or_when_disabled(monkeypatch):
     calls = _spy(monkeypatch)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    layer = Linear(64, 512)
-    y = layer(torch.randn(1, 4, 64))  # autograd on: the backward must be PyTorch's own
+    layer = Linear(256, 1024)
+    y = layer(torch.randn(1, 4, 256))  # autograd on: the backward must be PyTorch's own
     y.sum().backward()
     assert layer.weight.grad is not None
     with torch.no_grad():
-        layer(torch.randn(1, linear.MAX_ROWS + 1, 64))  # prefill-sized: the BLAS GEMM wins
-        Linear(64, 512).double()(torch.randn(1, 4, 64).double())  # not fp32
-        Linear(64, 100)(torch.randn(1, 4, 64))  # too narrow to cut
+        layer(torch.randn(1, linear.MAX_ROWS + 1, 256))  # prefill-sized: the BLAS GEMM wins
+        Linear(256, 1024).double()(torch.randn(1, 4, 256).double())  # not fp32
+        Linear(1024, 200)(torch.randn(1, 4, 1024))  # too few output rows to cut
+        Linear(256, 256)(torch.randn(1, 4, 256))  # small enough to sit in cache
+        Linear(2048, 512)(torch.randn(1, 4, 2048))  # long rows: the BLAS streams them already
         monkeypatch.setattr(linear, "enabled", False)
-        layer(torch.randn(1, 4, 64))
+        layer(torch.randn(1, 4, 256))
     assert calls == []
 
 
