@@ -73,7 +73,7 @@ def load_source(args):
 
 
 def load_checkpoint_dir(path):
-    """A training output directory: config.json + model.safetensors (runs written before 0.1 kept them in final/)."""
+    """A training output directory: config.json + model.safetensors (older runs kept them in final/, still read)."""
     import json
 
     from safetensors import SafetensorError

@@ -176,8 +176,6 @@ class StepRunner:
             opt.zero_grad(set_to_none=True)
 
 
-__all__ = ["StepRunner", "TORCH_DTYPES"]
-
 
 def _skeleton(config, workload):
     """The same architecture and phase at a width and length where arithmetic and bytes vanish:
@@ -212,7 +210,7 @@ def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmu
 
     small, work = _skeleton(config, workload)
     runner = StepRunner(small, work, device=device)
-    for _ in range(warmup):
+    for _ in range(max(warmup, 1)):
         t0 = time.perf_counter()
         runner.step()
     steps = max(5, min(steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))  # about 2 s at most
@@ -224,8 +222,12 @@ def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmu
     step = statistics.median(times)
     lg = ledger(small, work)
     roof = roofline(lg, replace(hw, call_overhead_s=None)).time_s
-    per_op = max(step - (roof if isinstance(roof, float) else 0.0), 0.0) / max(len(lg.ops), 1)
+    roof = roof if isinstance(roof, float) else 0.0  # a device without known roofs: all of it is glue
+    per_op = max(step - roof, 0.0) / max(len(lg.ops), 1)
     how = (f"{per_op * 1e6:.1f} µs per op: the model's skeleton (same layers and phase; d_model {small.d_model}, "
            f"batch 1, {work.seq} tokens) took {step * 1e3:.2f} ms per step (median of {steps}) for "
            f"{len(lg.ops)} ledger ops, its arithmetic and bytes predicted at {roof * 1e3:.3f} ms")
     return per_op, how
+
+
+__all__ = ["StepRunner", "TORCH_DTYPES", "framework_overhead"]

@@ -41,8 +41,8 @@ class TransformerModel(nn.Module):
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         # Checked here because an out-of-range id fails deep inside the embedding (on a GPU, as an
-        # opaque device assert). Meta tensors have no values to check; under torch.compile the
-        # check would split the graph (data-dependent branch), so the eager first call makes it.
+        # opaque device assert). Meta tensors have no values to check; under torch.compile it is
+        # skipped, since its data-dependent branch would split the graph.
         if input_ids.numel() and input_ids.device.type != "meta" and not torch.compiler.is_compiling() and (
             int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size
         ):

@@ -34,7 +34,7 @@ MIN_ROWS_PER_PART = 128
 # 3072 x 768: 1.60x, 768 x 768: 1.28x).
 MIN_WEIGHT_ELEMENTS = 128 * 1024
 MAX_IN_FEATURES = 2047
-enabled = True  # set False to compare against the plain path (bench/decode_speed.py does)
+enabled = True  # False: every call takes the plain F.linear path (to compare the two)
 
 
 def split_parts(device: torch.device, dtype: torch.dtype) -> int:
