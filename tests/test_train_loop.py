@@ -18,7 +18,11 @@ SCRIPT = Path(__file__).parent / "helpers" / "tiny_train.py"
 
 
 def _run(*args, torchrun=0):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # The helper script runs from tests/helpers; it must import this checkout's tformer, whatever
+    # an installed copy points at.
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     if torchrun:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}",
                str(SCRIPT), *args]
