@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tformer.data import prepare as prep
-from tformer.data.stream import BatchIterator, TokenData, TokenStream, write_stream
+from tformer.data.stream import TokenData, TokenStream, write_stream
 from tformer.errors import TformerError
 
 

@@ -7,6 +7,7 @@ import torch
 
 from tformer.cli import main
 from tformer.config import preset
+from tformer.data import tokenizers
 from tformer.data.tokenizers import CharTokenizer
 from tformer.model import build
 from tformer.train.checkpoint import save_weights
@@ -25,13 +26,14 @@ def _run_dir(tmp_path, config):
 
 @pytest.mark.parametrize("name,cls", [("char-small", "AutoModelForCausalLM"), ("t5-small", "AutoModelForSeq2SeqLM")])
 def test_exported_run_loads_in_transformers_with_the_same_logits(tmp_path, capsys, name, cls):
+    t5 = ["n_decoder_layers=2", "head_dim=16", "attention_dropout=0.1", "activation_dropout=0.1"]
     config = preset(name).with_overrides(["n_layers=2", "d_model=64", "n_heads=4", "d_ff=128", "vocab_size=90"]
-                                         + (["n_decoder_layers=2", "head_dim=16", "attention_dropout=0.1", "activation_dropout=0.1"] if name == "t5-small" else []))
+                                         + (t5 if name == "t5-small" else []))
     ours, run = _run_dir(tmp_path, config)
     out = tmp_path / "hf"
     assert main(["export", "--ckpt", str(run), "--out", str(out)]) == 0
     assert "exported" in capsys.readouterr().out
-    assert (out / "tformer-tokenizer.json").is_file()
+    assert tokenizers.load(out).encode("badcafe") == CharTokenizer("abcdefgh").encode("badcafe")
     theirs = getattr(transformers, cls).from_pretrained(out).eval()
     ids = torch.randint(0, 90, (2, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from tformer.measure import specs as specs_mod

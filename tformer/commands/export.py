@@ -5,7 +5,7 @@
 
 The folder holds config.json + model.safetensors in the layout `transformers` loads for the model's
 family (GPT-2, LLaMA, BERT, BART or T5, chosen from the config), written atomically; the run's
-tformer tokenizer, if any, is copied beside them as tformer-tokenizer.json.
+tformer tokenizer, if any, is saved beside them (tformer-tokenizer.json and its data files).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import shutil
     from pathlib import Path
 
     from tformer.commands.generate import load_checkpoint_dir
-    from tformer.data import tokenizers
     from tformer.errors import TformerError
     from tformer.hf import save_hf
     from tformer.hf_config import hf_family
@@ -33,17 +31,15 @@ def run(args) -> int:
     src, out = Path(args.ckpt), Path(args.out)
     if out.resolve() == src.resolve():
         raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder for the export")
-    model, _ = load_checkpoint_dir(src)
+    model, tokenizer = load_checkpoint_dir(src)
     model_type, _ = hf_family(model.config)  # a config no Hugging Face family can hold fails here, in one line
     save_hf(model, out)
-    copied = ""
-    for candidate in (src / "tokenizer", src.parent / "tokenizer"):
-        if (candidate / tokenizers.DESCRIPTOR).is_file():
-            shutil.copyfile(candidate / tokenizers.DESCRIPTOR, out / tokenizers.DESCRIPTOR)
-            copied = f" and the tformer tokenizer ({tokenizers.DESCRIPTOR})"
-            break
+    with_tokenizer = ""
+    if tokenizer is not None:
+        with_tokenizer = f" and the tformer tokenizer ({tokenizer.save(out).name})"
     n = sum(p.numel() for p in model.parameters())
-    print(f"exported {model.config.name} ({n:,} parameters) as a Hugging Face {model_type} model{copied} to {out}")
+    print(f"exported {model.config.name} ({n:,} parameters) as a Hugging Face {model_type} model{with_tokenizer} "
+          f"to {out}")
     print(f"load it with: transformers.AutoModel{'ForCausalLM' if model.config.arch == 'decoder' else ''}"
           f".from_pretrained({str(out)!r})")
     return 0

@@ -43,22 +43,30 @@ def existing_dir(final: str | Path) -> Path | None:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | Path, mode: str = "wb"):
-    """Yield a file open for writing at a temporary name; on success it is synced and renamed to ``path``."""
+def atomic_path(path: str | Path):
+    """Yield a temporary path beside ``path`` for a writer that wants a file name (safetensors, say);
+    on success it is renamed to ``path``, on failure removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+        yield Path(tmp)
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary, shareable files
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "wb"):
+    """Yield a file open for writing at a temporary name; on success it is synced and renamed to ``path``."""
+    with atomic_path(path) as tmp, open(tmp, mode) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

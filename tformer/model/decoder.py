@@ -7,12 +7,11 @@ grouped-query attention, LLaMA (Touvron et al. 2023).
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from tformer.model.linear import Linear
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
+from tformer.model.linear import Linear
 
 
 class DecoderLM(TransformerModel):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tformer.model.linear import Linear
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.feedforward import ACTIVATIONS
+from tformer.model.linear import Linear
 from tformer.model.norm import make_norm
 
 

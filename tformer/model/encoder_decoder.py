@@ -9,12 +9,11 @@ One token embedding table serves the encoder, the decoder and (tied) the output 
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from tformer.model.linear import Linear
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
+from tformer.model.linear import Linear
 
 
 class EncoderDecoderModel(TransformerModel):

@@ -10,11 +10,8 @@ Layout of a checkpoint directory:
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from tformer.config import ModelConfig
 from tformer.errors import TformerError
-from tformer.io.atomic import atomic_dir, atomic_write_text, existing_dir
+from tformer.io.atomic import atomic_dir, atomic_path, atomic_write_text, existing_dir
 from tformer.train import fsdp
 
 
@@ -48,18 +45,9 @@ def save_weights(model, directory: str | Path, weights: dict[str, torch.Tensor] 
     ``weights``: full tensors gathered from a sharded (FSDP) model, ties already dropped; default: the model's own.
     """
     model = _unwrap(model)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".model.safetensors.tmp-", dir=directory)
-    os.close(fd)
-    try:
-        _write_weights(model, Path(tmp), weights)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / "model.safetensors")
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    atomic_write_text(directory / "config.json", json.dumps(model.config.to_dict(), indent=1))
+    with atomic_path(Path(directory) / "model.safetensors") as tmp:
+        _write_weights(model, tmp, weights)
+    atomic_write_text(Path(directory) / "config.json", json.dumps(model.config.to_dict(), indent=1))
 
 
 def _write_weights(model, path: Path, weights) -> None:

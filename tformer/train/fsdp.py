@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
 
-
-def shard(model, device: torch.device) -> None:
+def shard(model) -> None:
     """Shard in place: one FSDP unit per transformer Block (gathered only while it runs), then the root."""
     from torch.distributed.fsdp import fully_shard
 

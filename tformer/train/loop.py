@@ -93,7 +93,7 @@ class Trainer:
         self.fsdp = args.fsdp and self.world.size > 1
         if self.fsdp:
             # Before the optimizer: sharding swaps the parameters for DTensor shards.
-            fsdp.shard(self.model, self.device)
+            fsdp.shard(self.model)
             if sampler is not None and args.sample_interval:
                 log("note: no samples during --fsdp training (generation on rank 0 alone would need every rank)")
                 sampler = None
@@ -213,9 +213,9 @@ class Trainer:
             out_of_time = args.time_budget is not None and self.elapsed >= args.time_budget
             done = self.step >= args.max_steps or out_of_time
             if bar is not None:
-                step_tps = tokens_per_step / max(time.perf_counter() - step_start, 1e-9)
-                mfu = (self.flops_per_step / tokens_per_step * step_tps / self.peak_flops
-                       if self.flops_per_step and self.peak_flops else None)
+                step_s = max(time.perf_counter() - step_start, 1e-9)
+                step_tps = tokens_per_step / step_s
+                mfu = self.flops_per_step / step_s / self.peak_flops if self.flops_per_step and self.peak_flops else None
                 bar.update(self.step, args.max_steps, loss, step_tps, self.elapsed, args.time_budget, mfu)
             record = None
             if self.step % args.log_interval == 0 or done:
