@@ -55,7 +55,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
     assert _run("--out", str(straight)).returncode == 0
     died = _run("--out", str(killed), "--kill-at", "10")
     assert died.returncode == -9  # really killed, mid-run
-    assert not (killed / "model.safetensors").exists() or json.loads((killed / "checkpoint" / "state.json").read_text())["step"] == 10
+    assert json.loads((killed / "checkpoint" / "state.json").read_text())["step"] == 10  # saved, then killed
     resumed = _run("--out", str(killed), "--resume")
     assert resumed.returncode == 0, resumed.stderr
     a, b = _weights(straight), _weights(killed)

@@ -6,7 +6,8 @@
     device = load_measured_device()        # Device(kind="measured") from the saved profile, or None
 """
 
-from tformer.measure.bench import BenchResult, run_bench
+from tformer.measure.bench import run_bench
+from tformer.measure.bench_records import BenchResult
 from tformer.measure.profile_store import load_measured_device, load_profile, save_profile
 from tformer.measure.specs import MachineSpecs, detect
 

@@ -69,7 +69,7 @@ def save_profile(result, key: str | None = None) -> str:
 
 def load_profile(key: str | None = None):
     """The saved BenchResult for this machine (or ``key``), or None when there is none."""
-    from tformer.measure.bench import BenchResult
+    from tformer.measure.bench_records import BenchResult
 
     path = profile_path(key)
     if not os.path.isfile(path):
