@@ -15,6 +15,11 @@ What is measured (CPU, fp32, random weights: speed does not depend on the values
   3. the roofline bound of a cached decode step: a step must read every weight once plus the KV
      cache, so time >= (weight bytes + KV bytes) / memory bandwidth. The bandwidth is this
      machine's measured profile (`tformer bench`) if one is saved, else a copy measured here.
+  4. the budget of the 2x target at batch 1: half of transformers' time per token, set against
+     the two parts any step has on a CPU: reading the weights (at best at the read-only stream
+     rate measured here, a plain sum, which no matrix-vector product beats) and the glue around
+     the products (norms, attention, residuals, sampling, Python), timed on the model's skeleton
+     (same layers, 8-wide heads: the products cost nothing there).
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ import torch
 
 import tformer
 from tformer.config import preset
+from tformer.cost.ledger import Workload
 from tformer.generate import DecoderOnlyState, generate
+from tformer.measure.step import skeleton
 from tformer.model import build
 
 
@@ -154,6 +161,40 @@ def step_times(model, batch, context, steps, repeats):
     return best_cached, best_uncached, kv_bytes
 
 
+def glue_seconds(config, prompt: int, steps: int = 12, repeats: int = 3) -> float:
+    """Seconds per cached decode step of the model's skeleton at batch 1: the step's fixed cost."""
+    small, _ = skeleton(config, Workload(phase="decode", batch=1, seq=prompt))
+    torch.manual_seed(0)
+    model = build(small).eval()
+    ids = torch.randint(0, small.vocab_size, (1, min(prompt, 16)))
+    token = torch.zeros(1, dtype=torch.long)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeats):
+            state = DecoderOnlyState(model, ids, torch.ones_like(ids), True, ids.shape[1] + steps + 2)
+            state.start()
+            state.advance(token)
+            t = time.perf_counter()
+            for _ in range(steps):
+                state.advance(token)
+            best = min(best, (time.perf_counter() - t) / steps)
+    return best
+
+
+def budget_lines(name, hf_tokens_per_s, ours_tokens_per_s, wbytes, read_bw, glue, target=2.0) -> list[str]:
+    """Where the time of a batch-1 token must go for ours to reach ``target`` x transformers."""
+    budget = 1 / (target * hf_tokens_per_s)
+    weights = wbytes / read_bw
+    ceiling = (1 / hf_tokens_per_s) / (weights + glue)
+    return [f"{target:g}x transformers at batch 1 needs <= {budget * 1e3:.1f} ms per token "
+            f"(transformers {1e3 / hf_tokens_per_s:.1f} ms, ours {1e3 / ours_tokens_per_s:.1f} ms). Of that:",
+            f"  reading the {wbytes / 1e6:.0f} MB of weights once at the read-only stream rate "
+            f"({read_bw / 1e9:.1f} GB/s) takes {weights * 1e3:.1f} ms, leaving {(budget - weights) * 1e3:.1f} ms",
+            f"  the glue around the products (the model's skeleton, measured now) takes {glue * 1e3:.1f} ms",
+            f"  best ratio with the products at the stream rate and this glue: {ceiling:.2f}x"
+            f" ({'reachable' if ceiling >= target else 'below'} the {target:g}x target)"]
+
+
 def read_bandwidth() -> float:
     """Bytes/s of a read-only stream (a sum over 512 MiB): what a decode step's weight reads can hope for."""
     x = torch.ones(512 * 2**20 // 4)
@@ -209,6 +250,7 @@ def main(argv=None) -> int:
         wbytes = weight_bytes(ours)
         print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, {wbytes / 1e6:.0f} MB of fp32 weights")
         print(f"{'batch':>5} {'cache':>6} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8}")
+        budget = []
         for batch in batches:
             for use_cache in (True, False):
                 if not use_cache and args.no_uncached_hf:
@@ -218,7 +260,13 @@ def main(argv=None) -> int:
                 print(f"{batch:>5} {'yes' if use_cache else 'no':>6} {r['ours']:>11.1f} {r['hf']:>10.1f} {ratio:>7.2f}x")
                 results["decode"].append({"model": name, "batch": batch, "cache": use_cache,
                                           "ours_tokens_per_s": r["ours"], "hf_tokens_per_s": r["hf"], "ratio": ratio})
+                if batch == 1 and use_cache and r["hf"] and r["ours"]:
+                    glue = glue_seconds(ours.config, args.prompt)
+                    budget = budget_lines(name, r["hf"], r["ours"], wbytes, read_bw, glue)
+                    results["decode"][-1].update(glue_s=glue, weights_at_read_bw_s=wbytes / read_bw)
         del theirs
+        for line in budget:
+            print(line)
 
         limit = ours.config.max_positions
         ctxs = [c for c in contexts if c <= limit] or [limit]

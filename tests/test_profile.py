@@ -18,7 +18,7 @@ from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import matmul_dims, roofline
 from tformer.measure.bench import BenchResult, DeviceBench, MatmulPoint, StreamPoint
 from tformer.measure.profile import profile_model
-from tformer.measure.step import _skeleton
+from tformer.measure.step import skeleton
 
 TINY = ["n_layers=2", "d_model=32", "n_heads=2", "d_ff=64", "vocab_size=40", "max_positions=32"]
 FAKE = Device("fake cpu", "measured", {"fp32": 5e10}, bandwidth=1e10, source="test",
@@ -136,7 +136,7 @@ def test_skeleton_has_the_full_models_ops_at_negligible_size(name):
     if config.arch != "encoder":
         phases.append(Workload(phase="decode", batch=4, seq=64, context=63))
     for w in phases:
-        small, work = _skeleton(config, w)
+        small, work = skeleton(config, w)
         full, skel = ledger(config, w), ledger(small, work)
         assert [(o.name, o.kind, o.phase) for o in skel.ops] == [(o.name, o.kind, o.phase) for o in full.ops]
         assert small.d_head == 8 and work.batch == 1 and work.seq <= 16

@@ -177,7 +177,7 @@ class StepRunner:
 
 
 
-def _skeleton(config, workload):
+def skeleton(config, workload):
     """The same architecture and phase at a width and length where arithmetic and bytes vanish:
     8-wide heads, batch 1, at most 16 tokens. What is left of its step time is the glue."""
     d = 8 * config.n_heads
@@ -200,7 +200,7 @@ def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmu
     autograd and optimizer bookkeeping in training. Far more than one bare op call (a decode step
     of GPT-2 makes about 15 framework calls per ledger op), and it depends on the phase.
 
-    How: run the model's skeleton (``_skeleton``: same layers and phase, 8-wide heads, batch 1, a
+    How: run the model's skeleton (``skeleton``: same layers and phase, 8-wide heads, batch 1, a
     few tokens), take its median step time, subtract its own roofline prediction (near zero), and
     share the rest over its ledger ops, whose count equals the full model's. Returns (seconds per
     op, how it was measured).
@@ -208,7 +208,7 @@ def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmu
     from tformer.cost.ledger import ledger
     from tformer.cost.roofline import roofline
 
-    small, work = _skeleton(config, workload)
+    small, work = skeleton(config, workload)
     runner = StepRunner(small, work, device=device)
     for _ in range(max(warmup, 1)):
         t0 = time.perf_counter()

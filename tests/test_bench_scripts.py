@@ -1,0 +1,61 @@
+"""The bench/ scripts run end to end on tiny settings and print the figures their docstrings promise.
+
+Their speed targets are not asserted here (timings belong to the scripts); what is checked is that
+every line a user reads, ratio and ceiling included, is still produced from live measurements."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_budget_lines_split_the_target_time_into_weights_and_glue():
+    decode = load("decode_speed")
+    # transformers at 20 tokens/s -> 25 ms per token at 2x; 400 MB at 20 GB/s -> 20 ms; glue 3 ms.
+    lines = decode.budget_lines("m", 20.0, 30.0, 400e6, 20e9, 0.003)
+    text = "\n".join(lines)
+    assert "<= 25.0 ms per token" in text and "takes 20.0 ms, leaving 5.0 ms" in text
+    assert "glue" in text and "3.0 ms" in text
+    assert "2.17x (reachable" in text  # 50 ms / (20 + 3) ms
+    slow = "\n".join(decode.budget_lines("m", 20.0, 30.0, 600e6, 20e9, 0.003))
+    assert "1.52x (below" in slow  # 50 ms / (30 + 3) ms
+
+
+def test_decode_speed_runs_and_reports_ratio_and_budget(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    decode = load("decode_speed")
+    out_json = tmp_path / "decode.json"
+    assert decode.main(["--models", "char-small", "--batches", "1", "--prompt", "4", "--new", "2",
+                        "--contexts", "16", "--repeats", "1", "--no-uncached-hf", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^\s+1\s+yes\s+[\d.]+\s+[\d.]+\s+[\d.]+x$", out, re.M)
+    assert "best ratio with the products at the stream rate" in out
+    import json
+
+    record = json.loads(out_json.read_text())["decode"][0]
+    assert record["glue_s"] > 0 and record["weights_at_read_bw_s"] > 0 and record["ratio"] > 0
+
+
+def test_train_throughput_runs_and_reports_ratio_and_ceiling(capsys):
+    pytest.importorskip("transformers")
+    train = load("train_throughput")
+    train.main(["--batch", "2", "--seq", "16", "--steps", "1", "--rounds", "1"])
+    out = capsys.readouterr().out
+    assert re.search(r"ratio tformer / transformers tokens/s, both fp32: [\d.]+x", out)
+    rows = re.findall(r"^\s+(tformer|transformers)\s+(\d+) ms\s+(\d+) ms\s+(-?\d+) ms\s+(\d+) ms\s+([\d.]+)x$", out, re.M)
+    assert [r[0] for r in rows] == ["tformer", "transformers"]
+    for _, gemm, attention, rest, step, _ratio in rows:  # the three parts add up to the step (rounded to ms)
+        assert abs(int(gemm) + int(attention) + int(rest) - int(step)) <= 2
+    assert re.search(r"ceiling over transformers with every other op free: [\d.]+x", out)
