@@ -181,7 +181,7 @@ def glue_seconds(config, prompt: int, steps: int = 12, repeats: int = 3) -> floa
     return best
 
 
-def budget_lines(name, hf_tokens_per_s, ours_tokens_per_s, wbytes, read_bw, glue, target=2.0) -> list[str]:
+def budget_lines(hf_tokens_per_s, ours_tokens_per_s, wbytes, read_bw, glue, target=2.0) -> list[str]:
     """Where the time of a batch-1 token must go for ours to reach ``target`` x transformers."""
     budget = 1 / (target * hf_tokens_per_s)
     weights = wbytes / read_bw
@@ -262,7 +262,7 @@ def main(argv=None) -> int:
                                           "ours_tokens_per_s": r["ours"], "hf_tokens_per_s": r["hf"], "ratio": ratio})
                 if batch == 1 and use_cache and r["hf"] and r["ours"]:
                     glue = glue_seconds(ours.config, args.prompt)
-                    budget = budget_lines(name, r["hf"], r["ours"], wbytes, read_bw, glue)
+                    budget = budget_lines(r["hf"], r["ours"], wbytes, read_bw, glue)
                     results["decode"][-1].update(glue_s=glue, weights_at_read_bw_s=wbytes / read_bw)
         del theirs
         for line in budget:

@@ -154,28 +154,23 @@ def main(argv=None) -> None:
     kernels = hf["gemm"] + hf["attention"]
     print(f"  ceiling over transformers with every other op free: {hf['step'] / kernels:.2f}x "
           f"(its step over its own GEMMs + attention; target 1.3x)")
-    try:  # the other ops (norms, GELU, residuals, loss, AdamW) still move their bytes
+    try:  # needs a saved bench profile (`tformer bench --quick`) for the measured peak and bandwidth
         from tformer.cost.hardware import resolve_hardware
         from tformer.cost.ledger import Workload, ledger
 
-        bandwidth = resolve_hardware("measured").bandwidth
+        device = resolve_hardware("measured")
+        # The other ops (norms, GELU, residuals, loss, AdamW) still move their bytes.
         lg = ledger(config, Workload(phase="train", batch=args.batch, seq=args.seq, materialize_scores=False))
         moved = sum(op.bytes_read + op.bytes_written for op in lg.ops if op.matmul_flops == 0)
-        floor = moved / bandwidth
+        floor = moved / device.bandwidth
         print(f"  the other ops' bytes (ledger, {moved / 1e9:.2f} GB unfused) at the measured bandwidth "
-              f"({bandwidth / 1e9:.1f} GB/s) take >= {floor * 1e3:.0f} ms: ceiling {hf['step'] / (kernels + floor):.2f}x")
-    except Exception as exc:  # no saved bench profile
-        print(f"  the other ops' memory floor: not available ({type(exc).__name__}: {exc})")
-    try:
-        from tformer.cost.ledger import Workload, ledger
-        from tformer.cost.hardware import resolve_hardware
-
+              f"({device.bandwidth / 1e9:.1f} GB/s) take >= {floor * 1e3:.0f} ms: ceiling {hf['step'] / (kernels + floor):.2f}x")
         flops = ledger(config, Workload(phase="train", batch=args.batch, seq=args.seq)).flops["total"]
-        peak = resolve_hardware("measured").peak("fp32")
+        peak = device.peak("fp32")
         t = statistics.median(times[("tformer", "fp32")])
         print(f"  MFU vs measured fp32 matmul peak ({peak / 1e9:.0f} GFLOP/s): {flops / t / peak:.1%}")
     except Exception as exc:  # the ledger or a saved bench profile is missing
-        print(f"  MFU: not available ({type(exc).__name__}: {exc})")
+        print(f"  memory floor and MFU: not available ({type(exc).__name__}: {exc})")
 
 
 if __name__ == "__main__":

@@ -24,12 +24,12 @@ def load(name: str):
 def test_budget_lines_split_the_target_time_into_weights_and_glue():
     decode = load("decode_speed")
     # transformers at 20 tokens/s -> 25 ms per token at 2x; 400 MB at 20 GB/s -> 20 ms; glue 3 ms.
-    lines = decode.budget_lines("m", 20.0, 30.0, 400e6, 20e9, 0.003)
+    lines = decode.budget_lines(20.0, 30.0, 400e6, 20e9, 0.003)
     text = "\n".join(lines)
     assert "<= 25.0 ms per token" in text and "takes 20.0 ms, leaving 5.0 ms" in text
     assert "glue" in text and "3.0 ms" in text
     assert "2.17x (reachable" in text  # 50 ms / (20 + 3) ms
-    slow = "\n".join(decode.budget_lines("m", 20.0, 30.0, 600e6, 20e9, 0.003))
+    slow = "\n".join(decode.budget_lines(20.0, 30.0, 600e6, 20e9, 0.003))
     assert "1.52x (below" in slow  # 50 ms / (30 + 3) ms
 
 
