@@ -38,7 +38,7 @@ import tformer
 from tformer.config import preset
 from tformer.cost.ledger import Workload
 from tformer.generate import DecoderOnlyState, generate
-from tformer.measure.step import skeleton
+from tformer.measure.step import time_skeleton
 from tformer.model import build
 
 
@@ -161,24 +161,9 @@ def step_times(model, batch, context, steps, repeats):
     return best_cached, best_uncached, kv_bytes
 
 
-def glue_seconds(config, prompt: int, steps: int = 12, repeats: int = 3) -> float:
+def glue_seconds(config, prompt: int) -> float:
     """Seconds per cached decode step of the model's skeleton at batch 1: the step's fixed cost."""
-    small, _ = skeleton(config, Workload(phase="decode", batch=1, seq=prompt))
-    torch.manual_seed(0)
-    model = build(small).eval()
-    ids = torch.randint(0, small.vocab_size, (1, min(prompt, 16)))
-    token = torch.zeros(1, dtype=torch.long)
-    best = float("inf")
-    with torch.no_grad():
-        for _ in range(repeats):
-            state = DecoderOnlyState(model, ids, torch.ones_like(ids), True, ids.shape[1] + steps + 2)
-            state.start()
-            state.advance(token)
-            t = time.perf_counter()
-            for _ in range(steps):
-                state.advance(token)
-            best = min(best, (time.perf_counter() - t) / steps)
-    return best
+    return time_skeleton(config, Workload(phase="decode", batch=1, seq=prompt + 1, context=prompt))[2]
 
 
 def budget_lines(hf_tokens_per_s, ours_tokens_per_s, wbytes, read_bw, glue, target=2.0) -> list[str]:

@@ -30,18 +30,22 @@ def tiny_config():
     return preset("char-small").with_overrides(TINY[1::2])
 
 
+def timing(t: float) -> dict:
+    return {"median_s": t, "min_s": t, "max_s": t, "q1_s": t, "q3_s": t, "reps": 3, "calls_per_rep": 1}
+
+
 def fake_bench() -> BenchResult:
     """A plausible measured profile: a rising matmul curve and STREAM figures, all made up here so
     the tests never spend time benchmarking (and never depend on this machine's speed)."""
     points = []
     for n, rate in ((32, 2e9), (128, 1e10), (512, 3e10)):
         t = 2 * n**3 / rate
-        points.append(MatmulPoint("cpu", "fp32", n, 2 * n**3, t, t, t, t, t, 3, 1, rate, rate))
+        points.append(MatmulPoint("cpu", "fp32", n, 2 * n**3, rate, rate, **timing(t)))
     stream = []
     for kernel, arrays, bw in (("copy", 2, 8e9), ("scale", 2, 8e9), ("add", 3, 9e9), ("triad", 3, 9e9)):
         nbytes = arrays * 4 * 2**20
         t = nbytes / bw
-        stream.append(StreamPoint("cpu", kernel, 2**20, 4, nbytes, t, t, t, t, t, 3, 1, bw, bw))
+        stream.append(StreamPoint("cpu", kernel, 2**20, 4, nbytes, bw, bw, **timing(t)))
     comp = [Comparison("fp32 matmul", "FLOP/s", 3e10, 1e11, 0.3, "made up for the test", ["a test reason"])]
     dev = DeviceBench(device="cpu", name=FAKE_NAME, threads=1, memory_bytes=8 * 2**30, matmul=points,
                       stream=stream, comparisons=comp)

@@ -15,12 +15,10 @@ STREAM_KERNELS = ("copy", "scale", "add", "triad")
 STREAM_ARRAYS = {"copy": 2, "scale": 2, "add": 3, "triad": 3}
 
 
-@dataclass
-class MatmulPoint:
-    device: str
-    dtype: str
-    n: int
-    flops: int  # per call: 2 n^3 (OPS for int8)
+@dataclass(kw_only=True)
+class Timing:
+    """Seconds per call over the repetitions of one measured point, and how they were taken."""
+
     median_s: float
     min_s: float
     max_s: float
@@ -28,43 +26,37 @@ class MatmulPoint:
     q3_s: float
     reps: int
     calls_per_rep: int
+
+
+@dataclass
+class MatmulPoint(Timing):
+    device: str
+    dtype: str
+    n: int
+    flops: int  # per call: 2 n^3 (OPS for int8)
     flops_per_s: float  # from the median time
     flops_per_s_best: float  # from the fastest repetition
 
 
 @dataclass
-class StreamPoint:
+class StreamPoint(Timing):
     device: str
     kernel: str
     elements: int
     element_bytes: int
     bytes: int  # per call, STREAM convention
-    median_s: float
-    min_s: float
-    max_s: float
-    q1_s: float
-    q3_s: float
-    reps: int
-    calls_per_rep: int
     bytes_per_s: float
     bytes_per_s_best: float
 
 
 @dataclass
-class GemvPoint:
+class GemvPoint(Timing):
     device: str
     dtype: str
     rows: int  # rows of x (tokens): 1 is a true matrix-vector product
     n: int  # output features (rows of W)
     k: int  # input features
     weight_bytes: int  # bytes of W, the only bytes counted
-    median_s: float
-    min_s: float
-    max_s: float
-    q1_s: float
-    q3_s: float
-    reps: int
-    calls_per_rep: int
     bytes_per_s: float  # weight bytes / median time
     bytes_per_s_best: float  # weight bytes / fastest repetition
 

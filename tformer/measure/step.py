@@ -176,7 +176,6 @@ class StepRunner:
             opt.zero_grad(set_to_none=True)
 
 
-
 def skeleton(config, workload):
     """The same architecture and phase at a width and length where arithmetic and bytes vanish:
     8-wide heads, batch 1, at most 16 tokens. What is left of its step time is the glue."""
@@ -194,32 +193,38 @@ def skeleton(config, workload):
     return small, work
 
 
+def time_skeleton(config, workload, device: str = "cpu", steps: int = 15, warmup: int = 3):
+    """Median seconds per step of the model's skeleton (``skeleton``), about 2 s of timing at most.
+
+    Returns (skeleton config, its workload, median seconds, steps timed)."""
+    small, work = skeleton(config, workload)
+    runner = StepRunner(small, work, device=device)
+    for _ in range(max(warmup, 1)):
+        t0 = time.perf_counter()
+        runner.step()
+    steps = max(5, min(steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        runner.step()
+        times.append(time.perf_counter() - t0)
+    return small, work, statistics.median(times), steps
+
+
 def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmup: int = 3) -> tuple[float, str]:
     """Measured seconds per ledger op that this model's step spends outside arithmetic and memory
     traffic: Python, module calls, the dispatcher, views, cache bookkeeping, thread wake-ups,
     autograd and optimizer bookkeeping in training. Far more than one bare op call (a decode step
     of GPT-2 makes about 15 framework calls per ledger op), and it depends on the phase.
 
-    How: run the model's skeleton (``skeleton``: same layers and phase, 8-wide heads, batch 1, a
-    few tokens), take its median step time, subtract its own roofline prediction (near zero), and
-    share the rest over its ledger ops, whose count equals the full model's. Returns (seconds per
-    op, how it was measured).
+    How: time the model's skeleton (same layers and phase, 8-wide heads, batch 1, a few tokens),
+    subtract its own roofline prediction (near zero), and share the rest over its ledger ops, whose
+    count equals the full model's. Returns (seconds per op, how it was measured).
     """
     from tformer.cost.ledger import ledger
     from tformer.cost.roofline import roofline
 
-    small, work = skeleton(config, workload)
-    runner = StepRunner(small, work, device=device)
-    for _ in range(max(warmup, 1)):
-        t0 = time.perf_counter()
-        runner.step()
-    steps = max(5, min(steps, int(2.0 / max(time.perf_counter() - t0, 1e-6))))  # about 2 s at most
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        runner.step()
-        times.append(time.perf_counter() - t0)
-    step = statistics.median(times)
+    small, work, step, steps = time_skeleton(config, workload, device, steps, warmup)
     lg = ledger(small, work)
     roof = roofline(lg, replace(hw, call_overhead_s=None)).time_s
     roof = roof if isinstance(roof, float) else 0.0  # a device without known roofs: all of it is glue
@@ -230,4 +235,4 @@ def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmu
     return per_op, how
 
 
-__all__ = ["StepRunner", "TORCH_DTYPES", "framework_overhead"]
+__all__ = ["StepRunner", "TORCH_DTYPES", "framework_overhead", "skeleton", "time_skeleton"]
