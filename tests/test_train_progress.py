@@ -33,7 +33,7 @@ def test_plain_mode_prints_one_line_per_interval(tmp_path):
     assert len(lines) == 4 and all(LINE.fullmatch(line) for line in lines), lines
 
 
-def test_no_terminal_means_no_bar(tmp_path):
+def test_no_terminal_means_no_bar():
     assert not TrainProgress(file=io.StringIO()).enabled  # pipes and files keep the plain lines
 
 
