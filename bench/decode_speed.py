@@ -35,7 +35,7 @@ import time
 import torch
 
 import tformer
-from tformer.config import preset
+from tformer.core.config import preset
 from tformer.cost.ledger import Workload
 from tformer.generate import DecoderOnlyState, generate
 from tformer.measure.step import time_skeleton
@@ -57,7 +57,7 @@ def cpu_name() -> str:
 def measured_bandwidth() -> tuple[float, str]:
     """Bytes/s to main memory: the saved bench profile if there is one, else a copy measured now."""
     try:
-        from tformer.cost.hardware import resolve_hardware
+        from tformer.machine.device import resolve_hardware
 
         device = resolve_hardware("measured")
         if device.bandwidth:

@@ -35,7 +35,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tformer.config import preset
+    from tformer.core.config import preset
     from tformer.cost.ledger import Workload
     from tformer.measure.profile import profile_model, resolve_profile_hardware
 

@@ -95,7 +95,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_flush_denormal(True)  # as `tformer train` does; applied to both models alike
 
-    from tformer.config import preset
+    from tformer.core.config import preset
     from tformer.model import build
 
     config = preset("char-small")
@@ -155,7 +155,7 @@ def main(argv=None) -> None:
     print(f"  ceiling over transformers with every other op free: {hf['step'] / kernels:.2f}x "
           f"(its step over its own GEMMs + attention; target 1.3x)")
     try:  # needs a saved bench profile (`tformer bench --quick`) for the measured peak and bandwidth
-        from tformer.cost.hardware import resolve_hardware
+        from tformer.machine.device import resolve_hardware
         from tformer.cost.ledger import Workload, ledger
 
         device = resolve_hardware("measured")

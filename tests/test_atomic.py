@@ -2,7 +2,7 @@
 
 import pytest
 
-from tformer.io.atomic import atomic_file, atomic_path
+from tformer.core.atomic import atomic_file, atomic_path
 
 
 def test_atomic_path_renames_on_success_and_cleans_up_on_failure(tmp_path):

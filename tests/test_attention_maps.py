@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.data.tokenizers import CharTokenizer
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 from tformer.model import build
 from tformer.report.attention_maps import attention_heatmaps, save_attention_heatmaps
 

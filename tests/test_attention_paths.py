@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.model import build
 from tformer.model.attention import attention_reference, attention_sdpa
 from tformer.model.masks import build_mask

@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 
-from tformer.config import ModelConfig, preset, preset_names
-from tformer.errors import TformerError
+from tformer.core.config import ModelConfig, preset, preset_names
+from tformer.core.errors import TformerError
 from tformer.model import build
 
 REQUIRED_PRESETS = {"vaswani-base", "vaswani-big", "gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base",

@@ -4,7 +4,7 @@ import pytest
 
 from tformer.data import corpora
 from tformer.data.packages import PackageFetchError
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 
 def _get_or_skip(name):

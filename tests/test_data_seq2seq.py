@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tformer.data import seq2seq as s2s
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 
 def _rows(batch, i):

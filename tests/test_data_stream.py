@@ -8,7 +8,7 @@ import torch
 
 from tformer.data import prepare as prep
 from tformer.data.stream import TokenData, TokenStream, write_stream
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 
 def _stream(path, n, vocab_size):

@@ -5,7 +5,7 @@ import socket
 import pytest
 
 from tformer.data import tokenizers as tk
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n"
 

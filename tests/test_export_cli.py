@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tformer.cli import main
-from tformer.config import preset
+from tformer.core.config import preset
 from tformer.data import tokenizers
 from tformer.data.tokenizers import CharTokenizer
 from tformer.model import build

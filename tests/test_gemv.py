@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from tformer.cost.hardware import Device, device_from_dict
+from tformer.machine.device import Device, device_from_dict
 from tformer.cost.ops import Op
 from tformer.cost.roofline import gemv_dims, measured_op_time, roofline
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 from tformer.measure.bench import BenchResult, bench_gemv
-from tformer.measure.profile_store import PROFILE_VERSION, load_measured_device, profile_path
+from tformer.machine.profile_store import PROFILE_VERSION, load_measured_device, profile_path
 
 CURVE = {"fp32": [[32, 1e10], [4096, 5e10]]}
 STREAM = {"copy": 8e9, "scale": 8e9, "add": 1e10, "triad": 1e10}

@@ -9,7 +9,7 @@ path at every step.
 import pytest
 import torch
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.generate import DecoderOnlyState, EncoderDecoderState, generate, pad_batch
 from tformer.model import build
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_model
 
 from tformer.cli import main
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.model import build
 
 TEXT = "to be or not to be, that is the question.\n"

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 from tformer.generate import generate, stream
 from tformer.generate import sampling as S
 from test_generate_cache import PROMPTS, model_for

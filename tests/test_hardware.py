@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from tformer.cost.hardware import (SPEC_TABLE, Device, cpu_peak_flops, device_from_dict, gpu_bandwidth, lookup,
+from tformer.machine.device import (SPEC_TABLE, Device, cpu_peak_flops, device_from_dict, gpu_bandwidth, lookup,
                                    match_gpu_name, memory_bandwidth, resolve_hardware)
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 REQUIRED = ["a100-40gb-sxm", "a100-40gb-pcie", "a100-80gb-sxm", "a100-80gb-pcie", "h100-sxm", "h100-pcie", "h200",
             "v100-sxm2-32gb", "t4", "l4", "rtx-3060-ti", "rtx-3090", "rtx-4090", "mi300x", "tpu-v4"]

@@ -11,8 +11,8 @@ from safetensors.torch import load_file, save_file
 
 import tformer
 from tformer import TformerError
-from tformer.config import ModelConfig
-from tformer.hf_config import config_from_hf
+from tformer.core.config import ModelConfig
+from tformer.interop.hf_config import config_from_hf
 
 
 @pytest.fixture

@@ -153,10 +153,10 @@ def test_logits_match_reference(loaded, name, padding):
 def test_loaded_configs_describe_the_references(loaded):
     gpt2, llama, bert, bart, t5 = (loaded[n][1].config for n in ("gpt2", "llama-gqa", "bert-mlm", "bart", "t5"))
     assert (gpt2.activation, gpt2.tied_embeddings, gpt2.position) == ("gelu_tanh", True, "learned")
-    assert (llama.n_heads, llama.kv_heads, llama.gated_mlp, llama.tied_embeddings) == (4, 2, True, False)
+    assert (llama.n_heads, llama.n_kv_heads, llama.gated_mlp, llama.tied_embeddings) == (4, 2, True, False)
     assert (bert.lm_head, bert.pooler, bert.norm_placement) == (True, False, "post")
     assert (bart.position_offset, bart.final_logits_bias, bart.pad_token_id) == (2, True, 1)
-    assert (t5.position, t5.rescale_tied_head, t5.scale_attention, t5.d_head) == ("relative", True, False, 8)
+    assert (t5.position, t5.rescale_tied_head, t5.scale_attention, t5.head_dim) == ("relative", True, False, 8)
 
 
 # Variants: other checkpoint layouts and settings of the same families -----------------

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.model import KVCache, build
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.cost import formulas as F
 from tformer.cost import ops as O
 from tformer.cost import roofline as R
 from tformer.cost import scaling as S
 from tformer.cost.conventions import course_flops
-from tformer.cost.hardware import Device, gpu_bandwidth
+from tformer.machine.device import Device, gpu_bandwidth
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.memory import korthikanti_activation_bytes, optimizer_bytes_per_param
 
@@ -140,12 +140,12 @@ FORMULAS = {
     "R-KV-SPEEDUP-256": lambda i: S.kv_cache_speedup(i["n"]),
     "R-GPT3-WARMUP-FRACTION": lambda i: F.fraction(i["warmup_tokens"], i["total_tokens"]),
     "R-CKPT-OVERHEAD": lambda i: S.checkpointing_overhead(i["fwd"], i["bwd"], i["recompute_fraction"]),
-    "LR-NOAM-T1": lambda i: F.noam_lr(i["t"], i["d_model"], i["warmup"]),
-    "LR-NOAM-T10000": lambda i: F.noam_lr(i["t"], i["d_model"], i["warmup"]),
+    "LR-NOAM-T1": lambda i: F.noam(i["t"], i["d_model"], i["warmup"]),
+    "LR-NOAM-T10000": lambda i: F.noam(i["t"], i["d_model"], i["warmup"]),
     "LR-ADAM-EFF-T1": lambda i: F.adam_effective_step(i["alpha"], i["beta1"], i["beta2"], i["t"]),
     "LR-ADAM-EFF-T100": lambda i: F.adam_effective_step(i["alpha"], i["beta1"], i["beta2"], i["t"]),
-    "LR-LINEAR-END-WARMUP": lambda i: F.warmup_linear_lr(i["t"], i["lr_max"], i["warmup"], i["total"]),
-    "LR-COSINE-MID": lambda i: F.warmup_cosine_lr(i["t"], i["lr_max"], i["warmup"], i["total"], i["lr_min"]),
+    "LR-LINEAR-END-WARMUP": lambda i: F.warmup_linear(i["t"], i["lr_max"], i["warmup"], i["total"]),
+    "LR-COSINE-MID": lambda i: F.warmup_cosine(i["t"], i["lr_max"], i["warmup"], i["total"], i["lr_min"]),
     "O-CROSSOVER-N": lambda i: S.attention_crossover(ModelConfig(arch="encoder", n_layers=1, d_model=i["d"], n_heads=12,
                                                                  d_ff=4 * i["d"], vocab_size=8, lm_head=False))["vs_projections"],
     "O-CHINCHILLA-N": lambda i: S.chinchilla_optimal(i["C"], i["tokens_per_param"])["params"],
@@ -161,7 +161,7 @@ def _intensity(cost):
 
 
 def _llama_op(phase, name, seq=512):
-    from tformer.config import preset
+    from tformer.core.config import preset
 
     lg = ledger(preset("llama-7b"), phase=phase, batch=1, seq=seq, dtype="fp16")
     return next(op for op in lg.select(phase="forward") if op.name == name)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.flop_counter import FlopCounterMode
 
-from tformer.config import ModelConfig, preset, preset_names
+from tformer.core.config import ModelConfig, preset, preset_names
 from tformer.cost.ledger import Workload, ledger
 from tformer.model import build
 

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from tformer.config import preset
+from tformer.core.config import preset
 from tformer.cost import scaling as S
-from tformer.cost.hardware import Device
+from tformer.machine.device import Device
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import roofline
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 A100 = Device("a100-test", "gpu", {"fp32": 19.5e12, "fp16": 312e12, "bf16": 312e12}, bandwidth=2.039e12, source="test")
 
@@ -78,7 +78,7 @@ def test_decode_cost_is_linear_in_context():
     config = preset("gpt2")
     rows = S.decode_curve(config, [10, 11, 500], batch=4)
     step = rows[1]["flops_matmul"] - rows[0]["flops_matmul"]
-    assert step == 4 * (2 + 2) * config.n_layers * config.n_heads * config.d_head  # QK^T and AV, one more key
+    assert step == 4 * (2 + 2) * config.n_layers * config.n_heads * config.head_dim  # QK^T and AV, one more key
     assert rows[2]["flops_matmul"] - rows[0]["flops_matmul"] == 490 * step
     assert rows[1]["kv_cache"] - rows[0]["kv_cache"] == 4 * 2 * 12 * 768 * 2  # fp16, one more token, batch 4
 

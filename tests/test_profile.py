@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from tformer.cli import main
-from tformer.config import preset, preset_names
-from tformer.cost.hardware import Device
+from tformer.core.config import preset, preset_names
+from tformer.machine.device import Device
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import matmul_dims, roofline
 from tformer.measure.bench import BenchResult, DeviceBench, MatmulPoint, StreamPoint
@@ -51,8 +51,8 @@ def _stream(kernel, bw):
 @pytest.fixture
 def saved_profile(tmp_path, monkeypatch):
     """A fake measured profile in a temporary cache; machine detection stubbed out."""
-    from tformer.measure import profile_store, specs
-    from tformer.measure.profile_store import save_profile
+    from tformer.machine import profile_store, specs
+    from tformer.machine.profile_store import save_profile
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(profile_store, "machine_key", lambda specs=None: "test-machine")
@@ -139,7 +139,7 @@ def test_skeleton_has_the_full_models_ops_at_negligible_size(name):
         small, work = skeleton(config, w)
         full, skel = ledger(config, w), ledger(small, work)
         assert [(o.name, o.kind, o.phase) for o in skel.ops] == [(o.name, o.kind, o.phase) for o in full.ops]
-        assert small.d_head == 8 and work.batch == 1 and work.seq <= 16
+        assert small.head_dim == 8 and work.batch == 1 and work.seq <= 16
         assert skel.flops["total"] < full.flops["total"] / 50
 
 
@@ -186,7 +186,8 @@ def test_cli_human_output_with_ops(saved_profile, capsys):
 
 def test_cli_runs_a_quick_bench_when_no_profile_is_saved(tmp_path, monkeypatch, capsys):
     """No saved profile: the command benches first (stubbed here) and says so."""
-    from tformer.measure import bench, profile_store
+    from tformer.measure import bench
+    from tformer.machine import profile_store
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(profile_store, "machine_key", lambda specs=None: "test-machine")

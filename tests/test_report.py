@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from tformer.cli import main
-from tformer.config import preset
+from tformer.core.config import preset
 from tformer.cost.ledger import Workload, ledger
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 from tformer.measure.bench import BenchResult, Comparison, DeviceBench, MatmulPoint, StreamPoint
-from tformer.measure.profile_store import machine_key, save_profile
+from tformer.machine.profile_store import machine_key, save_profile
 from tformer.report.doc import Document, Section
 
 TINY = ["--set", "n_layers=2", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ff=64",

@@ -31,7 +31,7 @@ def report_html(tmp_path_factory):
     if given:
         return Path(given)
     from tformer.cli import main
-    from tformer.measure.profile_store import save_profile
+    from tformer.machine.profile_store import save_profile
 
     root = tmp_path_factory.mktemp("browser")
     old = os.environ.get("XDG_CACHE_HOME")

@@ -7,8 +7,8 @@ import sys
 
 import torch
 
-from tformer.measure import specs as specs_mod
-from tformer.measure.specs import NO_NATIVE, CPUInfo, cpu_peaks, detect, vector_units
+from tformer.machine import specs as specs_mod
+from tformer.machine.specs import NO_NATIVE, CPUInfo, cpu_peaks, detect, vector_units
 
 
 def test_detect_runs_and_is_serialisable():

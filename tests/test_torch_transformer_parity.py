@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.model import build
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tformer.errors import TformerError
-from tformer.train.schedule import noam, warmup_cosine
+from tformer.core.errors import TformerError
+from tformer.cost.formulas import noam, warmup_cosine
 
 SCRIPT = Path(__file__).parent / "helpers" / "tiny_train.py"
 
@@ -87,7 +87,7 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
-    from tformer.config import ModelConfig
+    from tformer.core.config import ModelConfig
     from tformer.model import build
     from tformer.train.checkpoint import load_checkpoint
 
@@ -115,7 +115,7 @@ def test_schedules_match_the_papers():
 def test_fsdp_two_processes_match_one_process_and_save_plain_weights(tmp_path):
     from safetensors.torch import load_model
 
-    from tformer.config import ModelConfig
+    from tformer.core.config import ModelConfig
     from tformer.model import build
 
     one, two = tmp_path / "one", tmp_path / "two"

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import torch
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.model import build
 from tformer.train.loop import TrainArgs, Trainer
 from tformer.train.progress import TrainProgress, eta

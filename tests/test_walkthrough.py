@@ -250,7 +250,7 @@ def test_bad_options_are_one_line_exit_2(tmp_path, capsys, argv, expect):
 def test_example_dataclass_rejects_mismatch_directly():
     ex = Example(["a", "b"], [[1.0, 2.0], [3.0, 4.0]], [[1.0], [1.0]], [[1.0], [1.0]], [[1.0], [1.0]],
                  W_O=[[1.0], [2.0]])
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     with pytest.raises(TformerError, match="W_O is 2×1"):
         wt.run(ex)

@@ -2,8 +2,8 @@
 
 __version__ = "0.1.0"
 
-from tformer.config import ModelConfig, preset, preset_names  # noqa: E402
-from tformer.errors import TformerError  # noqa: E402
+from tformer.core.config import ModelConfig, preset, preset_names  # noqa: E402
+from tformer.core.errors import TformerError  # noqa: E402
 
 
 def build_model(config, device=None, dtype=None):
@@ -17,14 +17,14 @@ def build_model(config, device=None, dtype=None):
 
 def load_hf(path, **kwargs):
     """Build our model from a local Hugging Face-format directory."""
-    from tformer.hf import load_hf as _load
+    from tformer.interop.hf import load_hf as _load
 
     return _load(path, **kwargs)
 
 
 def save_hf(model, path, **kwargs):
     """Write ``model`` as a Hugging Face-format directory that ``transformers`` loads."""
-    from tformer.hf import save_hf as _save
+    from tformer.interop.hf import save_hf as _save
 
     return _save(model, path, **kwargs)
 

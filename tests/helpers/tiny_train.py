@@ -7,7 +7,7 @@ import signal
 import numpy as np
 import torch
 
-from tformer.config import ModelConfig
+from tformer.core.config import ModelConfig
 from tformer.model import build
 from tformer.train import distributed
 from tformer.train.loop import TrainArgs, Trainer

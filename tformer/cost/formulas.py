@@ -7,6 +7,8 @@ and a ledger row cannot disagree about what a linear layer or a norm costs.
 
 from __future__ import annotations
 
+import math
+
 from tformer.cost.ops import linear_params, norm_params
 
 
@@ -48,27 +50,36 @@ def fraction(part: float, whole: float) -> float:
     return part / whole
 
 
-# Learning-rate formulas live with the training code; re-exported so the cost calculator and the
-# textbook cases reach them through one namespace.
-def noam_lr(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    from tformer.train.schedule import noam
+# Learning-rate schedules and Adam's step size: closed forms of the step, checked by hand against the
+# textbook's cases; the training loop's schedules call these.
+def warmup_cosine(step: int, lr_max: float, warmup: int, total: int, lr_min: float = 0.0) -> float:
+    """Linear warmup to lr_max over ``warmup`` steps, then a half cosine down to lr_min at ``total``."""
+    if warmup > 0 and step <= warmup:
+        return lr_max * step / warmup
+    if step >= total:
+        return lr_min
+    progress = (step - warmup) / max(1, total - warmup)
+    return lr_min + 0.5 * (lr_max - lr_min) * (1.0 + math.cos(math.pi * progress))
 
-    return noam(step, d_model, warmup, factor)
+
+def warmup_linear(step: int, lr_max: float, warmup: int, total: int, lr_min: float = 0.0) -> float:
+    """Linear warmup, then linear decay to lr_min at ``total`` (BERT's schedule)."""
+    if warmup > 0 and step <= warmup:
+        return lr_max * step / warmup
+    if step >= total:
+        return lr_min
+    return lr_min + (lr_max - lr_min) * (total - step) / max(1, total - warmup)
+
+
+def noam(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The 2017 paper's schedule: d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    Rises linearly for ``warmup`` steps, then decays as the inverse square root of the step.
+    """
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 def adam_effective_step(alpha: float, beta1: float, beta2: float, t: int) -> float:
-    from tformer.train.schedule import adam_effective_step as f
-
-    return f(alpha, beta1, beta2, t)
-
-
-def warmup_linear_lr(step: int, lr_max: float, warmup: int, total: int, lr_min: float = 0.0) -> float:
-    from tformer.train.schedule import warmup_linear
-
-    return warmup_linear(step, lr_max, warmup, total, lr_min)
-
-
-def warmup_cosine_lr(step: int, lr_max: float, warmup: int, total: int, lr_min: float = 0.0) -> float:
-    from tformer.train.schedule import warmup_cosine
-
-    return warmup_cosine(step, lr_max, warmup, total, lr_min)
+    """Size of Adam's first bias-corrected step scale alpha * sqrt(1 - beta2^t) / (1 - beta1^t)."""
+    return alpha * math.sqrt(1 - beta2**t) / (1 - beta1**t)

@@ -13,7 +13,7 @@ from functools import cached_property
 
 from tformer.cost import ops as O
 from tformer.cost.ops import Op
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 WORKLOAD_PHASES = ("forward", "train", "prefill", "decode")
 DTYPES = ("fp32", "fp16", "bf16", "int8")
@@ -307,7 +307,7 @@ class _Builder:
             ctx = w.decode_context if self.decode else 0
             tq = 1 if self.decode else (w.seq_decoder or w.seq)
             # The first decode step (empty cache) still projects the encoder output; later steps reuse it.
-            dec = _Stack("decoder", c.decoder_layers, tq, ctx + tq, causal=True, cross_keys=S,
+            dec = _Stack("decoder", c.n_decoder_layers, tq, ctx + tq, causal=True, cross_keys=S,
                          cross_cached=self.decode and ctx > 0)
             self.embed(dec, B * tq, type_embed=False, shared_table=not self.decode)
             self.stack(dec)
@@ -367,7 +367,7 @@ class _Builder:
 
     def attention(self, p, norm_name, i, st: _Stack, rows, cross: bool) -> None:
         c, w, a = self.c, self.w, self.a
-        B, d, H, Hkv, dh = w.batch, c.d_model, c.n_heads, c.kv_heads, c.d_head
+        B, d, H, Hkv, dh = w.batch, c.d_model, c.n_heads, c.n_kv_heads, c.head_dim
         tq = st.tq
         tk = st.cross_keys if cross else st.tk
         self.norm(norm_name, i, st.name, rows)

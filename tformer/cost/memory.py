@@ -129,8 +129,8 @@ def _kv_per_token(ledger) -> int:
     c, w = ledger.config, ledger.workload
     if not c.has_decoder:
         return 0
-    layers = c.n_layers if c.arch == "decoder" else c.decoder_layers
-    return 2 * layers * c.kv_heads * c.d_head * ACTIVATION_BYTES[w.dtype]
+    layers = c.n_layers if c.arch == "decoder" else c.n_decoder_layers
+    return 2 * layers * c.n_kv_heads * c.head_dim * ACTIVATION_BYTES[w.dtype]
 
 
 def activation_alternatives(config, workload) -> dict:

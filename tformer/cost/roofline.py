@@ -189,12 +189,12 @@ def uses_measured_model(device) -> bool:
 
 
 def roofline(ledger, device, efficiency: float = 1.0, model: str = "auto") -> Roofline:
-    """Per-op and total predicted time of ``ledger`` on ``device`` (a tformer.cost.hardware.Device).
+    """Per-op and total predicted time of ``ledger`` on ``device`` (a tformer.machine.device.Device).
 
     model: "auto" (the measured model when the device carries a bench profile's matmul curve, else
     the textbook roofline), "peak" (always the single-peak roofline) or "measured".
     """
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     if not 0 < efficiency <= 1:
         raise TformerError(f"efficiency must be in (0, 1], got {efficiency}; 1 is the ideal roofline")

@@ -11,7 +11,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from tformer.cost.ledger import Workload, ledger
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 PF_DAY = 1e15 * 86400  # FLOPs in one petaflop/s-day (Kaplan et al.'s compute unit)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 VALIDATION_FRACTION = 0.1
 SPLITS = ("train", "validation", "test")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 
 def mask_tokens(input_ids: torch.Tensor, mask_id: int, vocab_size: int, generator: torch.Generator | None = None,

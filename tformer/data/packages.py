@@ -18,7 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 # pip's messages when the index cannot be reached at all (as opposed to a wrong name or version).
 _OFFLINE_SIGNS = ("Could not fetch URL", "NewConnectionError", "Failed to establish a new connection",

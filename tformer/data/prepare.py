@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 TOKENIZER_KINDS = ("char", "bpe", "gpt2")
 DEFAULT_BPE_VOCAB = 4096

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 IGNORE_INDEX = -100
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tformer.errors import TformerError
-from tformer.io.atomic import atomic_file, atomic_write_text
+from tformer.core.errors import TformerError
+from tformer.core.atomic import atomic_file, atomic_write_text
 
 FORMAT = "tformer-tokens"
 VERSION = 1

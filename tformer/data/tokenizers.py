@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tformer.errors import TformerError
-from tformer.io.atomic import atomic_write_bytes, atomic_write_text
+from tformer.core.errors import TformerError
+from tformer.core.atomic import atomic_write_bytes, atomic_write_text
 
 DESCRIPTOR = "tformer-tokenizer.json"  # not tokenizer.json: that name belongs to HF's file
 FORMAT_VERSION = 1

@@ -11,8 +11,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tformer.errors import TformerError
-from tformer.io.atomic import atomic_dir, existing_dir
+from tformer.core.errors import TformerError
+from tformer.core.atomic import atomic_dir, existing_dir
 
 
 @dataclass(frozen=True)

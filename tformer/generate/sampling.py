@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 NEG_INF = float("-inf")
 

@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 from tformer.generate import sampling
 
 # The "impossible" score of beam search. A large finite number rather than -inf, because the

@@ -1,15 +1,10 @@
-"""Measuring the machine: what it is (specs), what it really does (bench), and the saved profile.
+"""Measuring what the model really does on this machine: microbenchmarks (matmul curve, STREAM,
+GEMV), op-by-op profiles of a step against the ledger, and the fixed cost of a framework call.
 
-    from tformer.measure import detect, run_bench, load_measured_device
-    specs = detect()                       # MachineSpecs: CPU, memory, GPUs, theoretical peaks
+    from tformer.measure import run_bench, profile_model
     result = run_bench(quick=True)         # BenchResult: matmul curves, STREAM bandwidth, ratios
-    device = load_measured_device()        # Device(kind="measured") from the saved profile, or None
 """
 
 from tformer.measure.bench import run_bench
-from tformer.measure.bench_records import BenchResult
-from tformer.measure.profile_store import load_measured_device, load_profile, save_profile
-from tformer.measure.specs import MachineSpecs, detect
 
-__all__ = ["BenchResult", "MachineSpecs", "detect", "load_measured_device", "load_profile", "run_bench",
-           "save_profile"]
+__all__ = ["run_bench"]

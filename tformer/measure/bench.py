@@ -14,7 +14,7 @@ Method (stated in every result):
   of W only (x, b and y are a rounding error). Batch-1 decode is a chain of these, and they read
   weights at their own rate, not at the STREAM rate.
 
-The records a run returns (points, comparisons, BenchResult) live in tformer.measure.bench_records.
+The records a run returns (points, comparisons, BenchResult) live in tformer.machine.bench_records.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import os
 import statistics
 import time
 
-from tformer.errors import TformerError
-from tformer.measure.bench_records import (MATMUL_DTYPES, STREAM_ARRAYS, STREAM_KERNELS, BenchResult, Comparison,
+from tformer.core.errors import TformerError
+from tformer.machine.bench_records import (MATMUL_DTYPES, STREAM_ARRAYS, STREAM_KERNELS, BenchResult, Comparison,
                                            DeviceBench, GemvPoint, MatmulPoint, StreamPoint)
 
 # Size sweeps. bf16/fp16 on CPUs without native support run ~100x slower than fp32, so their sweep
@@ -207,7 +207,7 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
 
 def _stream_elements(device: str, specs, quick: bool) -> tuple[int, str]:
     """fp32 elements per array: 4x the last-level cache (STREAM's rule), within a share of memory."""
-    from tformer.measure.specs import last_level_cache_bytes
+    from tformer.machine.specs import last_level_cache_bytes
 
     if device.startswith("cuda"):
         import torch
@@ -271,8 +271,8 @@ def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | 
 
     import torch
 
-    from tformer.measure.profile_store import machine_key
-    from tformer.measure.specs import detect
+    from tformer.machine.profile_store import machine_key
+    from tformer.machine.specs import detect
 
     started = time.perf_counter()
     load_before = _load_average()
@@ -485,8 +485,8 @@ def _curve_reasons(db, dtype, best) -> list[str]:
 
 
 def _cpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[str]:
-    from tformer.cost.hardware import cpu_peak_flops
-    from tformer.measure.specs import NO_NATIVE
+    from tformer.machine.device import cpu_peak_flops
+    from tformer.machine.specs import NO_NATIVE
 
     reasons = []
     cpu = specs.cpu if specs else None

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 ATTENTION_NOTE = ("attention's scores, softmax and context run inside one module with no hooks between them: "
                   "they are measured together as one row (named by 'scores', listing what it covers), and "
@@ -225,7 +225,7 @@ def measure_peak_memory(runner, lg, device: str) -> PeakMemory:
 
 def _theoretical_peak(device: str, dtype: str) -> tuple[float | None, str]:
     try:
-        from tformer.measure.specs import detect
+        from tformer.machine.specs import detect
 
         specs = detect()
     except Exception as exc:  # detection is best effort; a crash here must not lose the profile
@@ -244,8 +244,8 @@ def _theoretical_peak(device: str, dtype: str) -> tuple[float | None, str]:
 def resolve_profile_hardware(hardware, torch_device: str, progress=None) -> tuple[object, list[str]]:
     """The Device predictions use: ``hardware`` if given, else this machine's measured profile, running
     (and saving) a quick bench first when none is saved. Returns (device, notes)."""
-    from tformer.cost.hardware import Device, resolve_hardware
-    from tformer.measure.profile_store import load_measured_device, save_profile
+    from tformer.machine.device import Device, resolve_hardware
+    from tformer.machine.profile_store import load_measured_device, save_profile
 
     notes: list[str] = []
     which = "cpu" if torch_device == "cpu" else (torch_device if ":" in torch_device else "cuda:0")

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -184,8 +184,7 @@ def skeleton(config, workload):
     ids = {k: (None if v is None else min(v, vocab - 1)) for k, v in
            (("pad_token_id", config.pad_token_id), ("bos_token_id", config.bos_token_id),
             ("eos_token_id", config.eos_token_id), ("decoder_start_token_id", config.decoder_start_token_id))}
-    small = replace(config, d_model=d, head_dim=8 if config.head_dim is not None else None, d_ff=4 * d,
-                    vocab_size=vocab, **ids)
+    small = config.replace(d_model=d, head_dim=8, d_ff=4 * d, vocab_size=vocab, **ids)
     short = min(workload.seq, 16)
     work = replace(workload, batch=1, seq=short,
                    seq_decoder=None if workload.seq_decoder is None else min(workload.seq_decoder, 16),

@@ -63,7 +63,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, config, layer_idx: int, cross: bool = False):
         super().__init__()
-        d, self.n_heads, self.n_kv_heads, self.head_dim = config.d_model, config.n_heads, config.kv_heads, config.d_head
+        d, self.n_heads, self.n_kv_heads, self.head_dim = config.d_model, config.n_heads, config.n_kv_heads, config.head_dim
         self.layer_idx, self.cross = layer_idx, cross
         self.q_proj = Linear(d, self.n_heads * self.head_dim, bias=config.bias)
         self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)

@@ -46,7 +46,7 @@ class TransformerModel(nn.Module):
         if input_ids.numel() and input_ids.device.type != "meta" and not torch.compiler.is_compiling() and (
             int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size
         ):
-            from tformer.errors import TformerError
+            from tformer.core.errors import TformerError
 
             raise TformerError(
                 f"token id {int(input_ids.max()) if int(input_ids.max()) >= self.config.vocab_size else int(input_ids.min())} "
@@ -68,7 +68,7 @@ class TransformerModel(nn.Module):
         from tformer.model.attention import MultiHeadAttention
 
         if impl not in ("sdpa", "reference"):
-            from tformer.errors import TformerError
+            from tformer.core.errors import TformerError
 
             raise TformerError(f"attention implementation '{impl}' is unknown; choose sdpa or reference")
         self.config.attn_impl = impl

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 from tformer.model.attention import MultiHeadAttention
 from tformer.model.feedforward import FeedForward
 from tformer.model.masks import build_mask
@@ -70,7 +70,7 @@ class Stack(nn.Module):
             self.positions = LearnedPositions(config.max_positions, d, config.position_offset)
         elif kind == "sinusoidal":
             self.positions = SinusoidalPositions(config.max_positions, d)
-        self.rope = (config.d_head, config.rope_theta) if kind == "rope" else None
+        self.rope = (config.head_dim, config.rope_theta) if kind == "rope" else None
         self.score_bias = None
         if kind == "alibi":
             self.score_bias = ALiBi(config.n_heads)

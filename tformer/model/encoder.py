@@ -71,7 +71,7 @@ class EncoderModel(TransformerModel):
         loss = None
         if labels is not None:
             if logits is None:
-                from tformer.errors import TformerError
+                from tformer.core.errors import TformerError
 
                 raise TformerError("labels given but the model has no MLM head; build it with lm_head=true")
             loss = lm_loss(logits, labels, shift=False)

@@ -20,7 +20,7 @@ class EncoderDecoderModel(TransformerModel):
     def __init__(self, config):
         super().__init__(config)
         self.encoder = Stack(config, config.n_layers, causal=False)
-        self.decoder = Stack(config, config.decoder_layers, causal=True, cross=True)
+        self.decoder = Stack(config, config.n_decoder_layers, causal=True, cross=True)
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self.tie_weights()
         if config.final_logits_bias:  # BART keeps a (normally zero) bias buffer on the logits
@@ -29,7 +29,7 @@ class EncoderDecoderModel(TransformerModel):
             self.final_logits_bias = None
 
     def new_cache(self, max_length: int | None = None) -> KVCache:
-        return KVCache(self.config.decoder_layers, max_length)
+        return KVCache(self.config.n_decoder_layers, max_length)
 
     def encode(self, input_ids, attention_mask=None, output_attentions=False):
         """(B, S) source ids -> (memory (B, S, d_model), per-layer attention weights)."""
@@ -57,7 +57,7 @@ class EncoderDecoderModel(TransformerModel):
         """Teacher forcing: the decoder reads [start, y1, ..., y_{T-1}] to predict [y1, ..., yT]."""
         start = self.config.decoder_start_token_id
         if start is None:
-            from tformer.errors import TformerError
+            from tformer.core.errors import TformerError
 
             raise TformerError("decoder_start_token_id is not set; set it in the config or pass decoder_input_ids")
         shifted = labels.new_full(labels.shape, start)
@@ -82,7 +82,7 @@ class EncoderDecoderModel(TransformerModel):
             encoder_outputs, enc_w = self.encode(input_ids, attention_mask, output_attentions)
         if decoder_input_ids is None:
             if labels is None:
-                from tformer.errors import TformerError
+                from tformer.core.errors import TformerError
 
                 raise TformerError("an encoder-decoder model needs decoder_input_ids (or labels to shift right)")
             decoder_input_ids = self.shift_right(labels)

@@ -26,7 +26,7 @@ def init_weights(model: nn.Module) -> None:
     nn.init.normal_(model.tok_embed.weight, 0.0, STD)
     # Residual branches add up over depth; scale their output projections by 1/sqrt(2 * layers)
     # so the residual stream's variance stays put (GPT-2 paper, section 2.3).
-    n_residual = 2 * (config.n_layers + (config.decoder_layers if config.arch == "encoder-decoder" else 0))
+    n_residual = 2 * (config.n_layers + (config.n_decoder_layers if config.arch == "encoder-decoder" else 0))
     for name, param in model.named_parameters():
         if name.endswith(("o_proj.weight", "mlp.down.weight")):
             nn.init.normal_(param, 0.0, STD / math.sqrt(n_residual))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 # Characters a tick label cannot show as themselves; visible stand-ins keep "a b" from reading "ab".
 _VISIBLE = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}

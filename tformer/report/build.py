@@ -15,8 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tformer.errors import TformerError
-from tformer.report import fmt, runs
+from tformer.core.errors import TformerError
+from tformer.core import fmt, runs
 from tformer.report.context import Context, ReportOptions, build_context, load_average
 from tformer.report.doc import Document
 
@@ -76,7 +76,7 @@ def _clean(value):
 def write_report(final: Path, doc: Document, data: dict) -> list[Path]:
     """report.md, report.html, report.json and plots/*.png, built in a temporary directory beside
     ``final`` and renamed over it: a crash, a full disk or Ctrl-C leaves the old report (or none)."""
-    from tformer.io.atomic import atomic_dir
+    from tformer.core.atomic import atomic_dir
     from tformer.report.html import render_html
     from tformer.report.markdown import render_markdown
 

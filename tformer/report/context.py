@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 DEFAULT_SENTENCE = "To be, or not to be, that is the question:"
 
@@ -57,7 +57,7 @@ class Context:
     options: ReportOptions
     config: object
     torch_device: str
-    specs: object  # tformer.measure.specs.MachineSpecs
+    specs: object  # tformer.machine.specs.MachineSpecs
     bench: object  # tformer.measure.bench.BenchResult (the saved measured profile)
     bench_note: str
     measured: object  # Device: this machine's measured roofs (+ curve, STREAM, per-call overhead)
@@ -135,7 +135,7 @@ def machine_profile(torch_device: str, specs, say) -> tuple[object, str]:
     """The saved bench profile of this machine, or a fresh quick bench (saved) when there is none or
     it lacks the device analysed. Never the full bench: that is `tformer bench`'s job."""
     from tformer.measure.bench import run_bench
-    from tformer.measure.profile_store import load_profile, profile_path, save_profile
+    from tformer.machine.profile_store import load_profile, profile_path, save_profile
 
     bench = load_profile()
     if bench is not None and any(d.device == torch_device for d in bench.devices):
@@ -152,10 +152,10 @@ def machine_profile(torch_device: str, specs, say) -> tuple[object, str]:
 
 
 def build_context(opts: ReportOptions, progress=None) -> Context:
-    from tformer.cost.hardware import resolve_hardware
+    from tformer.machine.device import resolve_hardware
     from tformer.cost.ledger import Workload, ledger
     from tformer.measure.optime import call_overhead
-    from tformer.measure.specs import detect
+    from tformer.machine.specs import detect
 
     opts.validate()
     started = time.perf_counter()

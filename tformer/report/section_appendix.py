@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import platform
 
-from tformer.report import fmt
+from tformer.core import fmt
 from tformer.report.doc import Section
 from tformer.report.section_roofline import appendix_ops
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from tformer.report import fmt, plots
+from tformer.core import fmt, plots
 from tformer.report.doc import Section
 
 

@@ -3,7 +3,7 @@ the two differ."""
 
 from __future__ import annotations
 
-from tformer.report import fmt, plots
+from tformer.core import fmt, plots
 from tformer.report.doc import Section
 
 CPU_FORMULA = "peak FLOP/s = cores x SIMD lanes (register bits / dtype bits) x 2 (an FMA is a multiply and an add) x FMA units x clock"

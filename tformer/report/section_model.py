@@ -10,7 +10,7 @@ from tformer.cost.conventions import COURSE_WEIGHTS, course_flops
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.memory import activation_alternatives
 from tformer.cost.ops import KINDS
-from tformer.report import fmt
+from tformer.core import fmt
 from tformer.report.doc import Section
 
 CONFIG_FIELDS = ("arch", "n_layers", "n_decoder_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",

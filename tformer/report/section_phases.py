@@ -5,7 +5,7 @@ measured and predicted."""
 from __future__ import annotations
 
 from tformer.cost.scaling import decode_compute_bound_batch
-from tformer.report import fmt, plots
+from tformer.core import fmt, plots
 from tformer.report.doc import Section
 
 

@@ -5,7 +5,7 @@ intensity; the verdict per op kind, per op (appendix) and overall, with the reas
 from __future__ import annotations
 
 from tformer.cost.roofline import COMPUTE_DTYPE, roofline
-from tformer.report import fmt, plots
+from tformer.core import fmt, plots
 from tformer.report.doc import Section
 
 PHASES = ("train", "prefill", "decode", "forward")

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 MATRICES = ("X", "W_Q", "W_K", "W_V", "W_O")
 

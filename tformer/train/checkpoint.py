@@ -20,9 +20,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from tformer.config import ModelConfig
-from tformer.errors import TformerError
-from tformer.io.atomic import atomic_dir, atomic_path, atomic_write_text, existing_dir
+from tformer.core.config import ModelConfig
+from tformer.core.errors import TformerError
+from tformer.core.atomic import atomic_dir, atomic_path, atomic_write_text, existing_dir
 from tformer.train import fsdp
 
 

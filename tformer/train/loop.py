@@ -19,8 +19,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from tformer.errors import TformerError
-from tformer.io.atomic import existing_dir
+from tformer.core.errors import TformerError
+from tformer.core.atomic import existing_dir
 from tformer.train import distributed as dist_util
 from tformer.train import fsdp
 from tformer.train.checkpoint import load_checkpoint, save_checkpoint, save_weights

@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from tformer.io.atomic import atomic_write_text
+from tformer.core.atomic import atomic_write_text
 
 COLUMNS = ["step", "train_loss", "val_loss", "val_ppl", "lr", "tokens_per_s", "mfu", "elapsed_s"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from tformer.config import ModelConfig, preset
-from tformer.errors import TformerError
+from tformer.core.config import ModelConfig, preset
+from tformer.core.errors import TformerError
 from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
 
 OBJECTIVES = {"decoder": "causal", "encoder": "mlm", "encoder-decoder": "seq2seq"}
@@ -98,7 +98,7 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
 
 def _load_pretrained(model, hf_dir: str) -> None:
     """Copy a checkpoint's weights in; heads it lacks (e.g. BertModel has no MLM head) keep their init."""
-    from tformer.hf import load_hf
+    from tformer.interop.hf import load_hf
 
     pretrained = load_hf(hf_dir)
     ours = model.state_dict()
@@ -146,7 +146,7 @@ def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pai
 
 def save_run_files(out: Path, run: Run, args_dict: dict) -> None:
     """The tokenizer and the arguments beside the weights, so generate/translate can use the run."""
-    from tformer.io.atomic import atomic_write_text
+    from tformer.core.atomic import atomic_write_text
 
     out.mkdir(parents=True, exist_ok=True)
     if run.tokenizer is not None:

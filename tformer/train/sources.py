@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 EVAL_SEED = 1234567  # fixed: every evaluation sees the same validation batches
 

@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 DTYPE_BITS = {"fp64": 64, "fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8}
@@ -505,7 +505,7 @@ def resolve_hardware(spec: str) -> Device:
         raise TformerError("empty hardware name; give a table name (e.g. h100-sxm), a JSON file, or 'measured'")
     text = spec.strip()
     if text == "measured" or text.startswith("measured:"):
-        from tformer.measure.profile_store import load_measured_device
+        from tformer.machine.profile_store import load_measured_device
 
         which = text.split(":", 1)[1] if ":" in text else None
         device = load_measured_device(device=which)

@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
 
 
 def _sizes(text):
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     if text is None:
         return None
@@ -35,7 +35,7 @@ def run(args) -> int:
     import sys
 
     from tformer.measure.bench import run_bench
-    from tformer.measure.profile_store import save_profile
+    from tformer.machine.profile_store import save_profile
 
     sizes = _sizes(args.sizes)
     progress = None
@@ -79,7 +79,7 @@ def _print(result, path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from tformer.commands.specs import fmt_si
+    from tformer.cli.specs import fmt_si
 
     console = Console()
     for d in result.devices:

@@ -60,7 +60,7 @@ def run(args) -> int:
 
     import torch
 
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
     from tformer.train import distributed
     from tformer.train.loop import TrainArgs, Trainer
     from tformer.train.progress import TrainProgress
@@ -127,7 +127,7 @@ def _report_decoding(run_, out, log) -> None:
     import json
     from dataclasses import asdict
 
-    from tformer.io.atomic import atomic_write_text
+    from tformer.core.atomic import atomic_write_text
     from tformer.train.evaluate import decode_scores
 
     scores = decode_scores(run_.model.eval(), run_.source.val, run_.tokenizer)
@@ -141,7 +141,7 @@ def _report_decoding(run_, out, log) -> None:
 def _flops_and_peak(config, seq_len, tokens_per_row, args, device, log):
     """Training FLOPs per step from the ledger and this device's peak, for the MFU column."""
     try:
-        from tformer.cost.hardware import resolve_hardware
+        from tformer.machine.device import resolve_hardware
         from tformer.cost.ledger import Workload, ledger
     except ImportError:
         return None, None

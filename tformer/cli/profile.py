@@ -6,7 +6,7 @@ HELP = ("Run a model (random weights) for a phase; per-op measured vs predicted 
 
 
 def add_arguments(parser) -> None:
-    from tformer.commands._cost_common import add_model_arguments
+    from tformer.cli._cost_common import add_model_arguments
 
     add_model_arguments(parser)
     parser.add_argument("--phase", default="train", choices=["forward", "train", "prefill", "decode", "all"],
@@ -33,7 +33,7 @@ def add_arguments(parser) -> None:
 
 def _workloads(args, config):
     from tformer.cost.ledger import Workload
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     if args.batch is not None and args.batch < 1:
         raise TformerError(f"--batch must be at least 1, got {args.batch}")
@@ -62,8 +62,8 @@ def run(args) -> int:
         # Before any parallel op: OpenMP worker threads inherit the flush-to-zero bit when created.
         torch.set_flush_denormal(True)
 
-    from tformer.commands._cost_common import load_config
-    from tformer.errors import TformerError
+    from tformer.cli._cost_common import load_config
+    from tformer.core.errors import TformerError
     from tformer.measure.profile import profile_model
 
     config = load_config(args)
@@ -89,7 +89,7 @@ def run(args) -> int:
         data = [r.to_dict() for r in results]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=1))
         return 0
-    from tformer.commands._profile_print import print_result
+    from tformer.cli._profile_print import print_result
 
     for i, r in enumerate(results):
         print_result(r, ops=args.ops, comparison=(i == len(results) - 1))

@@ -11,7 +11,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import json
 
-    from tformer.config import preset, preset_names
+    from tformer.core.config import preset, preset_names
     from tformer.model import build
 
     rows = []
@@ -29,8 +29,8 @@ def run(args) -> int:
     for col in ("preset", "arch", "layers", "d_model", "heads (kv)", "d_ff", "vocab", "context", "position", "params"):
         table.add_column(col, justify="right" if col not in ("preset", "arch", "position") else "left")
     for name, c, params in rows:
-        layers = f"{c.n_layers}+{c.decoder_layers}" if c.arch == "encoder-decoder" else str(c.n_layers)
-        table.add_row(name, c.arch, layers, str(c.d_model), f"{c.n_heads} ({c.kv_heads})", str(c.d_ff),
+        layers = f"{c.n_layers}+{c.n_decoder_layers}" if c.arch == "encoder-decoder" else str(c.n_layers)
+        table.add_row(name, c.arch, layers, str(c.d_model), f"{c.n_heads} ({c.n_kv_heads})", str(c.d_ff),
                       f"{c.vocab_size:,}", str(c.max_positions), c.position, f"{params:,}")
     Console().print(table)
     return 0

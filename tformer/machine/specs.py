@@ -4,7 +4,7 @@ Every probe is guarded: a file that does not exist (containers, macOS), a tool t
 (lscpu, dmidecode, nvidia-smi), a library that is not installed (pynvml) or a GPU that is absent
 leaves the field None / "unknown" and never raises. Every theoretical number carries its source:
 "computed from ...", "spec table: ..." or "unknown". GPU detection and peaks are in
-tformer.measure.gpu_specs.
+tformer.machine.gpu_specs.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from tformer.cost.hardware import GiB, Device, cpu_peak_flops, lookup, memory_bandwidth
+from tformer.machine.device import GiB, Device, cpu_peak_flops, lookup, memory_bandwidth
 
 if TYPE_CHECKING:  # gpu_specs imports this module (for Peak); at run time detect() imports it
-    from tformer.measure.gpu_specs import GPUInfo
+    from tformer.machine.gpu_specs import GPUInfo
 
 # Flags worth showing: SIMD width, FMA, and the low-precision dot-product / matrix instructions that
 # decide whether bf16, fp16 and int8 are native or emulated.
@@ -469,7 +469,7 @@ def detect(*, clock_ghz: float | None = None, fma_units: int | None = None, simd
         cpu.vector_source = "FMA units given by the user" + (f", {cpu.vector_source}" if simd_bits else "")
     mem = _memory_info(memory_mt_s, memory_channels)
     # Imported here: gpu_specs builds on this module's Peak, and only detect() needs the GPUs.
-    from tformer.measure.gpu_specs import detect_gpus, gpu_peaks
+    from tformer.machine.gpu_specs import detect_gpus, gpu_peaks
 
     gpus = detect_gpus()
     notes = []

@@ -1,6 +1,6 @@
 """The GPUs of this machine (through torch.cuda and, when installed, NVML) and their theoretical peaks.
 
-Guarded like the rest of tformer.measure.specs: a missing driver, library or query leaves a field
+Guarded like the rest of tformer.machine.specs: a missing driver, library or query leaves a field
 None and never raises. Peaks come from the ledger's spec table when the GPU is in it, else from
 the course's formulas (SMs x lanes x 2 x clock; Gbps per pin x bus width / 8), else "unknown".
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tformer.cost.hardware import DTYPES, gpu_bandwidth, lookup, match_gpu_name
-from tformer.measure.specs import Peak
+from tformer.machine.device import DTYPES, gpu_bandwidth, lookup, match_gpu_name
+from tformer.machine.specs import Peak
 
 
 @dataclass

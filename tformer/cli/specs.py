@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
 
 
 def _check(args) -> None:
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     for flag, value in (("--clock-ghz", args.clock_ghz), ("--fma-units", args.fma_units),
                         ("--simd-bits", args.simd_bits), ("--memory-mts", args.memory_mts),
@@ -38,7 +38,7 @@ def fmt_si(value, unit: str) -> str:
 def run(args) -> int:
     import json
 
-    from tformer.measure.specs import detect
+    from tformer.machine.specs import detect
 
     _check(args)
     specs = detect(clock_ghz=args.clock_ghz, fma_units=args.fma_units, simd_bits=args.simd_bits,

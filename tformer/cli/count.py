@@ -6,7 +6,7 @@ HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, fo
 
 
 def add_arguments(parser) -> None:
-    from tformer.commands._cost_common import add_model_arguments, add_workload_arguments
+    from tformer.cli._cost_common import add_model_arguments, add_workload_arguments
 
     add_model_arguments(parser)
     add_workload_arguments(parser)
@@ -18,12 +18,12 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import json
 
-    from tformer.commands._cost_common import load_config, load_device, load_workload
+    from tformer.cli._cost_common import load_config, load_device, load_workload
     from tformer.cost.conventions import course_flops
     from tformer.cost.ledger import ledger
     from tformer.cost.memory import activation_alternatives
     from tformer.cost.roofline import roofline
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     config = load_config(args)
     workload = load_workload(args, config)
@@ -61,7 +61,7 @@ _COURSE_NOTE = ("course assignment: 20·T·d² + 4·T²·d per layer — the fou
 def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     from rich.table import Table
 
-    from tformer.commands._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_rate, fmt_time
+    from tformer.cli._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_rate, fmt_time
 
     con = console()
     c, w = lg.config, lg.workload

@@ -1,5 +1,5 @@
 """What a `tformer bench` run produces: the measured points, the comparisons with theory, and the
-result that is saved per machine (tformer.measure.profile_store) and becomes a roofline Device.
+result that is saved per machine (tformer.machine.profile_store) and becomes a roofline Device.
 
 The measurements themselves are in tformer.measure.bench; these records only hold, load and convert.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 MATMUL_DTYPES = ("fp32", "tf32", "fp64", "bf16", "fp16", "int8")
 STREAM_KERNELS = ("copy", "scale", "add", "triad")
@@ -139,7 +139,7 @@ class BenchResult:
 
     def to_device(self, which: str | None = None):
         """A Device (kind "measured") for the roofline: best median matmul FLOP/s per dtype, triad bandwidth."""
-        from tformer.cost.hardware import Device
+        from tformer.machine.device import Device
 
         d = self.device(which)
         peaks = {}

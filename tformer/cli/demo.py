@@ -16,8 +16,8 @@ def run(args) -> int:
 
     import torch
 
-    from tformer.config import preset
-    from tformer.errors import TformerError
+    from tformer.core.config import preset
+    from tformer.core.errors import TformerError
     from tformer.model import build
 
     config = preset(args.preset).with_overrides(args.set)

@@ -59,7 +59,7 @@ def load_source(args):
     """(model, tokenizer or None, a label for the output) from --ckpt or --hf."""
     from pathlib import Path
 
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     if args.hf:
         import tformer
@@ -79,8 +79,8 @@ def load_checkpoint_dir(path):
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    from tformer.config import ModelConfig
-    from tformer.errors import TformerError
+    from tformer.core.config import ModelConfig
+    from tformer.core.errors import TformerError
     from tformer.model import build
 
     if not path.is_dir():
@@ -144,7 +144,7 @@ def _hf_tokenizer(directory):
         return None
     from tokenizers import Tokenizer
 
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     try:
         return _HFTokenizerAdapter(Tokenizer.from_file(str(path)))
@@ -154,7 +154,7 @@ def _hf_tokenizer(directory):
 
 # Settings -----------------------------------------------------------------------------------
 def _ids(text: str, what: str) -> list[int]:
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     parts = [p.strip() for p in text.split(",") if p.strip()]
     try:
@@ -164,7 +164,7 @@ def _ids(text: str, what: str) -> list[int]:
 
 
 def generation_config(args):
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
     from tformer.generate import GenerationConfig
 
     if args.batch < 1:
@@ -186,7 +186,7 @@ def generation_config(args):
 def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[str] | None]:
     import sys
 
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     texts = None
     if getattr(args, "prompt_ids", None):
@@ -259,7 +259,7 @@ def warm_up(model) -> None:
 def run(args) -> int:
     import sys
 
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
     from tformer.generate import generate
 
     cfg = generation_config(args)

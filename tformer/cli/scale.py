@@ -6,7 +6,7 @@ HELP = "What-if table (double d_model, layers, seq, batch or any factor), crosso
 
 
 def add_arguments(parser) -> None:
-    from tformer.commands._cost_common import add_model_arguments, add_workload_arguments
+    from tformer.cli._cost_common import add_model_arguments, add_workload_arguments
 
     add_model_arguments(parser)
     add_workload_arguments(parser)
@@ -22,10 +22,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import json
 
-    from tformer.commands._cost_common import load_config, load_device, load_workload
+    from tformer.cli._cost_common import load_config, load_device, load_workload
     from tformer.cost import scaling
     from tformer.cost.roofline import COMPUTE_DTYPE
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     config = load_config(args)
     workload = load_workload(args, config)
@@ -67,7 +67,7 @@ def _as_train(workload):
 def _print(out, config, workload, factor) -> None:
     from rich.table import Table
 
-    from tformer.commands._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_time
+    from tformer.cli._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_time
 
     con = console()
     wi = out["what_if"]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from tformer.errors import TformerError
-from tformer.hf_config import config_from_hf, config_to_hf, hf_family
+from tformer.core.errors import TformerError
+from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
 
 # Buffers some checkpoints carry that our model rebuilds on its own (masks, RoPE frequencies,
 # position-id ranges) and heads we do not model that HF itself drops when loading these classes.
@@ -150,7 +150,7 @@ def _bart_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     rules = [Rule(f"{p}shared.weight", ("tok_embed.weight",))]
     aliases = [Alias(f"{p}{s}.embed_tokens.weight", f"{p}shared.weight") for s in ("encoder", "decoder")]
     names = ("q_proj", "k_proj", "v_proj", "out_proj")
-    for s, n in (("encoder", c.n_layers), ("decoder", c.decoder_layers)):
+    for s, n in (("encoder", c.n_layers), ("decoder", c.n_decoder_layers)):
         rules.append(Rule(f"{p}{s}.embed_positions.weight", (f"{s}.positions.weight",)))
         rules += _norm(f"{p}{s}.layernorm_embedding", f"{s}.embed_norm", c)
         for i in range(n):
@@ -172,7 +172,7 @@ def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     rules = [Rule(f"{p}shared.weight", ("tok_embed.weight",))]
     aliases = [Alias(f"{p}{s}.embed_tokens.weight", f"{p}shared.weight") for s in ("encoder", "decoder")]
     ff = ("wi_1", "wi_0", "wo") if c.gated_mlp else ("wi", None, "wo")
-    for s, n in (("encoder", c.n_layers), ("decoder", c.decoder_layers)):
+    for s, n in (("encoder", c.n_layers), ("decoder", c.n_decoder_layers)):
         rules.append(Rule(f"{p}{s}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
                           (f"{s}.score_bias.weight",)))
         for i in range(n):
@@ -427,7 +427,7 @@ def load_hf(path, device=None, dtype=None):
     unfilled = [k for k, v in model.state_dict().items()
                 if k not in ours and v.data_ptr() not in filled and k != "final_logits_bias"]
     if unfilled:
-        raise RuntimeError(f"tformer.hf left {unfilled} unset for {model_type}; this is a bug in the key tables")
+        raise RuntimeError(f"tformer.interop.hf left {unfilled} unset for {model_type}; this is a bug in the key tables")
     return model.eval()
 
 

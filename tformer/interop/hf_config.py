@@ -11,8 +11,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from tformer.config import ModelConfig
-from tformer.errors import TformerError
+from tformer.core.config import ModelConfig
+from tformer.core.errors import TformerError
 
 SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5")
 
@@ -32,7 +32,6 @@ _ACTIVATION_OUT = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "sil
 # about rather than refused.
 _DROPOUT_FIELDS = ("dropout", "attention_dropout", "activation_dropout")
 # Fields compared through the size they stand for: None and an explicit default mean the same.
-_EFFECTIVE = {"head_dim": "d_head", "n_kv_heads": "kv_heads", "n_decoder_layers": "decoder_layers"}
 _IGNORED = ("name", "attn_impl") + _DROPOUT_FIELDS
 
 
@@ -200,7 +199,7 @@ def _t5(d: dict) -> dict:
         act = "gelu_new"
     # T5 v1.0 ties the head and scales the decoder output by d_model**-0.5; v1.1 does neither.
     # transformers >= 5 records the scaling separately and always writes tie_word_embeddings=true;
-    # whether the head is really tied is then read from the weights (tformer.hf).
+    # whether the head is really tied is then read from the weights (tformer.interop.hf).
     tied = d.get("tie_word_embeddings", True) is not False
     rescale = bool(d["scale_decoder_outputs"]) if "scale_decoder_outputs" in d else tied
     pad = _token_id(d, "pad_token_id", 0)
@@ -255,7 +254,7 @@ def config_to_hf(config: ModelConfig) -> dict:
                  attn_pdrop=c.attention_dropout, tie_word_embeddings=c.tied_embeddings, **ids)
     elif model_type == "llama":
         d = dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
-                 num_key_value_heads=c.kv_heads, head_dim=c.d_head, intermediate_size=c.d_ff,
+                 num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, intermediate_size=c.d_ff,
                  vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
                  rope_theta=c.rope_theta, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
                  rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation], attention_bias=c.bias,
@@ -269,7 +268,7 @@ def config_to_hf(config: ModelConfig) -> dict:
         if not c.type_vocab_size:  # BERT always adds a segment embedding; a single zero row adds nothing
             d["type_vocab_size"] = 1
     elif model_type == "bart":
-        d = dict(encoder_layers=c.n_layers, decoder_layers=c.decoder_layers, d_model=c.d_model,
+        d = dict(encoder_layers=c.n_layers, decoder_layers=c.n_decoder_layers, d_model=c.d_model,
                  encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff,
                  decoder_ffn_dim=c.d_ff, vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
                  activation_function=_ACTIVATION_OUT[c.activation], scale_embedding=c.scale_embeddings,
@@ -286,8 +285,8 @@ def config_to_hf(config: ModelConfig) -> dict:
         else:
             proj = f"gated-{act}" if c.gated_mlp else act
         rate = max(c.dropout, c.attention_dropout, c.activation_dropout)
-        d = dict(num_layers=c.n_layers, num_decoder_layers=c.decoder_layers, d_model=c.d_model, num_heads=c.n_heads,
-                 d_kv=c.d_head, d_ff=c.d_ff, vocab_size=c.vocab_size, n_positions=c.max_positions,
+        d = dict(num_layers=c.n_layers, num_decoder_layers=c.n_decoder_layers, d_model=c.d_model, num_heads=c.n_heads,
+                 d_kv=c.head_dim, d_ff=c.d_ff, vocab_size=c.vocab_size, n_positions=c.max_positions,
                  relative_attention_num_buckets=c.relative_attention_num_buckets,
                  relative_attention_max_distance=c.relative_attention_max_distance,
                  layer_norm_epsilon=c.norm_eps, feed_forward_proj=proj, dropout_rate=rate,
@@ -305,7 +304,7 @@ def config_to_hf(config: ModelConfig) -> dict:
         back = back.replace(tied_embeddings=c.tied_embeddings)
     if model_type == "bart":  # a zero bias is written when ours has none: same outputs
         back = back.replace(final_logits_bias=c.final_logits_bias)
-    differ = [_EFFECTIVE.get(f, f) for f in c.to_dict() if f not in _IGNORED]
+    differ = [f for f in c.to_dict() if f not in _IGNORED]
     differ = [f for f in differ if getattr(back, f) != getattr(c, f)]
     if differ:
         what = ", ".join(f"{f}={getattr(c, f)!r} (a {model_type} file gives {getattr(back, f)!r})" for f in differ)

@@ -15,7 +15,7 @@ import os
 import re
 import tempfile
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 PROFILE_VERSION = 1
 
@@ -28,7 +28,7 @@ def cache_dir() -> str:
 def machine_key(specs=None) -> str:
     """'amd-epyc-2c-3f9a1c2b': readable prefix plus a hash of everything that identifies the hardware."""
     if specs is None:
-        from tformer.measure.specs import detect
+        from tformer.machine.specs import detect
 
         specs = detect()
     cores = specs.cpu.physical_cores or specs.cpu.logical_cpus or 0
@@ -69,7 +69,7 @@ def save_profile(result, key: str | None = None) -> str:
 
 def load_profile(key: str | None = None):
     """The saved BenchResult for this machine (or ``key``), or None when there is none."""
-    from tformer.measure.bench_records import BenchResult
+    from tformer.machine.bench_records import BenchResult
 
     path = profile_path(key)
     if not os.path.isfile(path):

@@ -35,7 +35,7 @@ def add_workload_arguments(parser) -> None:
 
 
 def load_config(args):
-    from tformer.config import ModelConfig, preset
+    from tformer.core.config import ModelConfig, preset
 
     if args.config:
         config = ModelConfig.from_file(args.config)
@@ -59,7 +59,7 @@ def load_workload(args, config):
 def load_device(spec):
     if not spec:
         return None
-    from tformer.cost.hardware import resolve_hardware
+    from tformer.machine.device import resolve_hardware
 
     return resolve_hardware(spec)
 

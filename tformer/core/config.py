@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 ARCHS = ("decoder", "encoder", "encoder-decoder")
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
@@ -31,6 +31,14 @@ MLP_SHORTHANDS = {
     "swiglu": ("silu", True),
     "geglu": ("gelu", True),
     "reglu": ("relu", True),
+}
+
+
+# Fields that may be left unset (None) and then follow the others.
+DERIVED = {
+    "n_kv_heads": lambda c: c.n_heads,  # multi-head attention: one key/value head per query head
+    "head_dim": lambda c: c.d_model // c.n_heads,
+    "n_decoder_layers": lambda c: c.n_layers if c.arch == "encoder-decoder" else None,
 }
 
 
@@ -96,19 +104,13 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         self.validate()
-
-    # Derived sizes -----------------------------------------------------------------
-    @property
-    def kv_heads(self) -> int:
-        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
-
-    @property
-    def d_head(self) -> int:
-        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
-
-    @property
-    def decoder_layers(self) -> int:
-        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+        # A size left unset follows the others (head_dim = d_model / n_heads, ...). It is filled in
+        # here, so the rest of the code reads one name per concept; to_dict() writes it back as unset,
+        # so replace(d_model=...) derives it again instead of keeping the old value.
+        derived = {name for name in DERIVED if getattr(self, name) is None}
+        object.__setattr__(self, "_derived", frozenset(derived))
+        for name in derived:
+            setattr(self, name, DERIVED[name](self))
 
     @property
     def has_encoder(self) -> bool:
@@ -152,13 +154,15 @@ class ModelConfig:
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                 f"pick n_heads that divides d_model (e.g. {_divisor_near(self.d_model, self.n_heads)}) or set head_dim"
             )
-        if self.n_heads % self.kv_heads:
+        kv_heads = self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+        head_dim = self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+        if self.n_heads % kv_heads:
             raise TformerError(
-                f"n_kv_heads={self.kv_heads} does not divide n_heads={self.n_heads}; "
+                f"n_kv_heads={kv_heads} does not divide n_heads={self.n_heads}; "
                 "each key/value head must serve a whole group of query heads"
             )
-        if self.position == "rope" and self.d_head % 2:
-            raise TformerError(f"RoPE rotates pairs of features, so head_dim must be even, got {self.d_head}")
+        if self.position == "rope" and head_dim % 2:
+            raise TformerError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
@@ -185,7 +189,9 @@ class ModelConfig:
 
     # Conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data.update({name: None for name in getattr(self, "_derived", ())})
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
@@ -221,7 +227,7 @@ class ModelConfig:
         if not isinstance(data, dict):
             raise TformerError(f"config file {path} must hold a JSON object, got {type(data).__name__}")
         if "model_type" in data:
-            from tformer.hf_config import config_from_hf
+            from tformer.interop.hf_config import config_from_hf
 
             return config_from_hf(data)
         return cls.from_dict(data)

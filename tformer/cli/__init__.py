@@ -1,4 +1,4 @@
-"""`tformer <command>`: one entry point, one module per subcommand in tformer/commands/.
+"""`tformer <command>`: one entry point, one module per subcommand in tformer/cli/.
 
 Each command module defines NAME, HELP, add_arguments(parser) and run(args) -> int. Heavy
 imports happen inside run(), so `tformer --help` stays instant.
@@ -11,10 +11,10 @@ import importlib
 import sys
 
 from tformer import __version__
-from tformer.errors import TformerError
+from tformer.core.errors import TformerError
 
 # Commands listed here come first in --help, in this order; any other module in
-# tformer/commands/ follows alphabetically.
+# tformer/cli/ follows alphabetically.
 COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train", "generate", "translate", "export",
                  "data", "attention", "presets", "demo"]
 
@@ -22,11 +22,11 @@ COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train
 def command_modules() -> list[str]:
     import pkgutil
 
-    import tformer.commands
+    import tformer.cli
 
-    found = [m.name for m in pkgutil.iter_modules(tformer.commands.__path__) if not m.name.startswith("_")]
+    found = [m.name for m in pkgutil.iter_modules(tformer.cli.__path__) if not m.name.startswith("_")]
     ordered = [name for name in COMMAND_ORDER if name in found] + sorted(set(found) - set(COMMAND_ORDER))
-    return [f"tformer.commands.{name}" for name in ordered]
+    return [f"tformer.cli.{name}" for name in ordered]
 
 
 def build_parser() -> argparse.ArgumentParser:

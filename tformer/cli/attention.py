@@ -43,7 +43,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from tformer.errors import TformerError
+    from tformer.core.errors import TformerError
 
     if not args.walkthrough:
         raise TformerError("say what to show: `tformer attention --walkthrough` (see --help for the options)")

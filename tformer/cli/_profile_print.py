@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tformer.commands._cost_common import console, fmt_bytes, fmt_rate, fmt_time
+from tformer.cli._cost_common import console, fmt_bytes, fmt_rate, fmt_time
 
 
 def _pct(x) -> str:

@@ -11,7 +11,7 @@ HELP = "Translate source sentences with an encoder-decoder checkpoint (greedy, s
 
 
 def add_arguments(parser) -> None:
-    from tformer.commands.generate import add_decoding_arguments, add_source_arguments
+    from tformer.cli.generate import add_decoding_arguments, add_source_arguments
 
     add_source_arguments(parser)
     parser.add_argument("sentences", nargs="*", help="source sentences (default: one per line of stdin)")
@@ -23,8 +23,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import sys
 
-    from tformer.commands.generate import _ids, generation_config, load_source, report, warm_up
-    from tformer.errors import TformerError
+    from tformer.cli.generate import _ids, generation_config, load_source, report, warm_up
+    from tformer.core.errors import TformerError
     from tformer.generate import generate
 
     # Translation wants the most likely output: greedy unless sampling is asked for explicitly.
@@ -91,7 +91,7 @@ def _pair_tokenizers(args, shared):
     otherwise the one shared tokenizer serves both."""
     from pathlib import Path
 
-    from tformer.commands.generate import _tformer_tokenizer
+    from tformer.cli.generate import _tformer_tokenizer
 
     if args.ckpt:
         root = Path(args.ckpt)

@@ -23,10 +23,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from tformer.commands.generate import load_checkpoint_dir
-    from tformer.errors import TformerError
-    from tformer.hf import save_hf
-    from tformer.hf_config import hf_family
+    from tformer.cli.generate import load_checkpoint_dir
+    from tformer.core.errors import TformerError
+    from tformer.interop.hf import save_hf
+    from tformer.interop.hf_config import hf_family
 
     src, out = Path(args.ckpt), Path(args.out)
     if out.resolve() == src.resolve():
