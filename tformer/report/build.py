@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tformer.core.errors import TformerError
-from tformer.core import fmt, runs
+from tformer.core import fmt
+from tformer.report import runs
 from tformer.report.context import Context, ReportOptions, build_context, load_average
 from tformer.report.doc import Document
 

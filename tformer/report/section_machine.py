@@ -3,7 +3,8 @@ the two differ."""
 
 from __future__ import annotations
 
-from tformer.core import fmt, plots
+from tformer.core import fmt
+from tformer.report import plots
 from tformer.report.doc import Section
 
 CPU_FORMULA = "peak FLOP/s = cores x SIMD lanes (register bits / dtype bits) x 2 (an FMA is a multiply and an add) x FMA units x clock"
