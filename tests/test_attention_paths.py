@@ -1,4 +1,4 @@
-"""The step-by-step attention equals the fused SDPA path; the hand LayerNorm equals F.layer_norm."""
+"""Every registered attention kind equals the step-by-step reference; the hand LayerNorm equals F.layer_norm."""
 
 import math
 
@@ -7,33 +7,36 @@ import torch
 import torch.nn.functional as F
 
 from tformer.core.config import ModelConfig
-from tformer.model import build
-from tformer.model.attention import attention_reference, attention_sdpa
+from tformer.model import ATTENTION, build, with_attention
+from tformer.model.attention.reference import reference
 from tformer.model.masks import build_mask
 from tformer.model.norm import LayerNorm, RMSNorm, layer_norm_reference
 
 B, H, D = 2, 4, 8
+FAST = [name for name in ATTENTION if name != "reference"]  # each compared against the reference
 
 
 def _qkv(tq, tk, kv_heads=H):
     return torch.randn(B, H, tq, D), torch.randn(B, kv_heads, tk, D), torch.randn(B, kv_heads, tk, D)
 
 
-def _both(q, k, v, mask):
+def _all(q, k, v, mask):
+    """(reference output, its weights, {kind: output} for every other kind)."""
     scale = 1 / math.sqrt(D)
-    ref, weights = attention_reference(q, k, v, mask, scale)
-    fast = attention_sdpa(q, k, v, mask, scale)
-    return ref, fast, weights
+    ref, weights = reference(q, k, v, mask, scale, 0.0)
+    return ref, weights, {name: ATTENTION[name](q, k, v, mask, scale, 0.0)[0] for name in FAST}
 
 
+@pytest.mark.parametrize("kind", FAST)
 @pytest.mark.parametrize(
     "case",
-    ["self", "causal", "padding", "causal+padding", "cross", "cross+padding", "gqa", "mqa", "cached-step", "chunk"],
+    ["self", "causal", "padding", "causal+padding", "cross", "cross+padding", "gqa", "mqa", "cached-step", "chunk",
+     "position-bias", "gqa+dead-rows"],
 )
-def test_reference_equals_sdpa(case):
+def test_every_kind_equals_reference(case, kind):
     keep = torch.ones(B, 6, dtype=torch.long)
     keep[1, 4:] = 0
-    tq, tk, kv_heads, causal, pad = 6, 6, H, False, None
+    tq, tk, kv_heads, causal, pad, bias = 6, 6, H, False, None, None
     if case == "causal":
         causal = True
     elif case == "padding":
@@ -52,17 +55,25 @@ def test_reference_equals_sdpa(case):
         tq, causal = 1, True
     elif case == "chunk":  # 3 new queries after 3 cached keys: the causal mask must be offset
         tq, causal = 3, True
+    elif case == "position-bias":  # an additive (1, H, Tq, Tk) bias, as ALiBi and T5 add, plus padding
+        causal, pad, bias = True, keep, torch.randn(1, H, tq, tk)
+    elif case == "gqa+dead-rows":  # left padding in a causal batch: row 1's first two queries see nothing
+        kv_heads, causal, pad = 2, True, keep.flip(-1)
     q, k, v = _qkv(tq, tk, kv_heads)
-    mask = build_mask(tq, tk, causal=causal, key_padding=pad)
-    ref, fast, weights = _both(q, k, v, mask)
+    mask = build_mask(tq, tk, causal=causal, key_padding=pad, position_bias=bias)
+    assert (mask.dead_rows is not None) == (case == "gqa+dead-rows")
+    ref, weights, others = _all(q, k, v, mask)
+    fast = others[kind]
+    assert fast.shape == ref.shape == (B, H, tq, D)
     assert torch.allclose(ref, fast, atol=1e-6, rtol=0), (ref - fast).abs().max()
-    assert torch.allclose(weights.sum(-1), torch.ones(B, H, tq), atol=1e-6)
+    live = torch.ones(B, H, tq) if mask.dead_rows is None else (~mask.dead_rows[..., 0]).float().expand(B, H, tq)
+    assert torch.allclose(weights.sum(-1), live, atol=1e-6)
 
 
 def test_reference_weights_follow_the_definition():
     """softmax(QK^T / sqrt(d)) V computed independently, one head at a time, with plain loops."""
     q, k, v = _qkv(4, 5)
-    out, weights = attention_reference(q, k, v, build_mask(4, 5, causal=False), 1 / math.sqrt(D))
+    out, weights = reference(q, k, v, build_mask(4, 5, causal=False), 1 / math.sqrt(D))
     for b in range(B):
         for h in range(H):
             for i in range(4):
@@ -75,39 +86,41 @@ def test_reference_weights_follow_the_definition():
 
 def test_causal_mask_hides_the_future():
     q, k, v = _qkv(5, 5)
-    _, _, weights = _both(q, k, v, build_mask(5, 5, causal=True))
+    _, weights, _ = _all(q, k, v, build_mask(5, 5, causal=True))
     future = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
     assert weights[..., future].abs().max() == 0
 
 
-def test_fully_masked_rows_give_zeros_not_nan_in_both_paths_and_backward():
+def test_fully_masked_rows_give_zeros_not_nan_in_every_kind_and_backward():
     # Left padding in a causal batch: the first query of row 1 can see only padding.
     keep = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
     mask = build_mask(4, 4, causal=True, key_padding=keep)
     q, k, v = (t.requires_grad_() for t in _qkv(4, 4))
-    ref, fast, weights = _both(q, k, v, mask)
-    for out in (ref, fast):
+    ref, weights, others = _all(q, k, v, mask)
+    outs = [ref, *others.values()]
+    for out in outs:
         assert not torch.isnan(out).any()
         assert out[1, :, :2].abs().max() == 0  # the two padding queries attend nothing -> zero output
     assert weights[1, :, :2].abs().max() == 0
-    (ref.sum() + fast.sum()).backward()
+    sum(out.sum() for out in outs).backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
 
 def test_padding_keys_get_zero_weight():
     keep = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
     q, k, v = _qkv(6, 6)
-    _, _, weights = _both(q, k, v, build_mask(6, 6, causal=False, key_padding=keep))
+    _, weights, _ = _all(q, k, v, build_mask(6, 6, causal=False, key_padding=keep))
     assert weights[1, :, :, 3:].abs().max() == 0
 
 
 @pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "alibi", "relative"])
 @pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder-decoder"])
-def test_model_outputs_equal_under_both_paths(arch, position):
+@pytest.mark.parametrize("kind", FAST)
+def test_model_outputs_equal_under_every_kind(arch, position, kind):
     config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, vocab_size=50,
                          max_positions=32, position=position, lm_head=True,
                          decoder_start_token_id=0 if arch == "encoder-decoder" else None)
-    model = build(config).eval()
+    model = build(config.replace(attn_impl=kind)).eval()
     ids = torch.randint(0, 50, (2, 9))
     keep = torch.ones(2, 9, dtype=torch.long)
     keep[1, 6:] = 0
@@ -116,8 +129,7 @@ def test_model_outputs_equal_under_both_paths(arch, position):
         kwargs["decoder_input_ids"] = ids[:, :5]
     with torch.no_grad():
         fast = model(ids, **kwargs).logits
-        model.set_attn_impl("reference")
-        ref = model(ids, **kwargs).logits
+        ref = with_attention(model, "reference")(ids, **kwargs).logits
     valid = keep.bool() if arch != "encoder-decoder" else torch.ones(2, 5, dtype=torch.bool)
     assert torch.allclose(fast[valid], ref[valid], atol=1e-5, rtol=0)
 

@@ -83,10 +83,9 @@ def test_preset_flops_equal_flop_counter(name):
     device = "cpu" if name in REAL_PRESETS else "meta"
     if config.position == "relative" and device == "meta":
         pytest.skip("relative bias masks need tensor values")
-    model = build(config, device=device)
+    model = build(config.replace(attn_impl="reference"), device=device)
     if device == "meta":
         _meta_safe(model)
-    model.set_attn_impl("reference")
     seq = 64 if device == "cpu" else min(256, config.max_positions)
     fwd = torch_flops(model, config, 1, seq, device=device)
     lg = ledger(config, Workload(phase="forward", batch=1, seq=seq))
@@ -98,8 +97,7 @@ def test_preset_flops_equal_flop_counter(name):
 
 def test_llama70b_meta_forward_and_backward_at_4096():
     config = preset("llama-70b")
-    model = _meta_safe(build(config, device="meta"))
-    model.set_attn_impl("reference")
+    model = _meta_safe(build(config.replace(attn_impl="reference"), device="meta"))
     fwd = torch_flops(model, config, 1, 4096, device="meta")
     assert ledger(config, phase="forward", seq=4096).flops["matmul"] == fwd
     assert ledger(config, phase="train", seq=4096).flops["matmul"] == 3 * fwd
@@ -140,8 +138,7 @@ def configs(draw):
 @given(config=configs(), batch=st.integers(1, 2), seq=st.integers(1, 6), seq_dec=st.integers(1, 6))
 def test_random_configs_match_torch(config, batch, seq, seq_dec):
     torch.manual_seed(0)
-    model = build(config)
-    model.set_attn_impl("reference")
+    model = build(config.replace(attn_impl="reference"))
     sd = seq_dec if config.arch == "encoder-decoder" else None
     assert ledger(config, seq=seq).params["total"] == sum(p.numel() for p in model.parameters())
     fwd = torch_flops(model, config, batch, seq, sd)

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from tformer.core.config import ModelConfig
-from tformer.model import build
+from tformer.model import build, with_attention
 
 
 def _copy_attention(ours, theirs: nn.MultiheadAttention) -> None:
@@ -90,7 +90,7 @@ def test_pre_ln_variant_equals_nn_transformer_norm_first():
 def test_reference_attention_path_gives_the_same_result():
     ours, reference = _models(norm_first=False)
     src, tgt = torch.randn(2, 7, 32), torch.randn(2, 5, 32)
-    ours.set_attn_impl("reference")
+    ours = with_attention(ours, "reference")
     with torch.no_grad():
         expected = reference(src, tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5))
         memory, _, _ = ours.encoder(src)

@@ -192,12 +192,12 @@ def test_text_output_teaches_the_steps(capsys, tmp_path):
 
 def test_steps_are_checked_against_the_library(monkeypatch):
     # If the library's attention and the walkthrough's steps ever diverge, the walkthrough must refuse.
-    real = wt.attention_reference
+    real = wt.reference
 
     def drifted(q, k, v, mask, scale):
         return real(q, k, v, mask, scale * 1.001)
 
-    monkeypatch.setattr(wt, "attention_reference", drifted)
+    monkeypatch.setattr(wt, "reference", drifted)
     with pytest.raises(RuntimeError, match="disagree"):
         wt.run(default_example(1))
 

@@ -20,7 +20,7 @@ POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-ATTN_IMPLS = ("sdpa", "reference")
+ATTN_IMPLS = ("sdpa", "reference")  # the keys of tformer.model.attention.ATTENTION (a test holds them equal)
 
 # Shorthands for the feed-forward block, as papers and the oracles name it.
 MLP_SHORTHANDS = {

@@ -40,8 +40,8 @@ class StepRunner:
         self.config, self.workload, self.device = config, w, device
         self.check(config, w)
         torch.manual_seed(seed)
-        self.model = build(config, device=device, dtype=TORCH_DTYPES[w.dtype])
-        self.model.set_attn_impl("reference")  # explicit matmul/softmax/matmul: what the ledger lists
+        # reference attention: explicit matmul/softmax/matmul, what the ledger lists
+        self.model = build(config.replace(attn_impl="reference"), device=device, dtype=TORCH_DTYPES[w.dtype])
         self.model.train(w.phase == "train")
         gen = torch.Generator(device="cpu").manual_seed(seed)
         V = config.vocab_size

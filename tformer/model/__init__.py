@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from tformer.model.attention import ATTENTION, attention_fn
 from tformer.model.base import ModelOutput, TransformerModel
 from tformer.model.cache import KVCache
 from tformer.model.decoder import DecoderLM
@@ -26,4 +27,19 @@ def build(config, device=None, dtype=None, init: bool = True) -> TransformerMode
     return model
 
 
-__all__ = ["build", "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel"]
+def with_attention(model: TransformerModel, name: str) -> TransformerModel:
+    """A new model, equal to ``model`` in weights, device, dtype and train/eval mode, whose attention
+    layers run kind ``name`` (see ``ATTENTION``; an unknown name is the config's one-line error).
+    ``model`` and its config are left untouched: modules keep the kind they were built with."""
+    first = next(model.parameters())
+    new = build(model.config.replace(attn_impl=name), device=first.device, dtype=first.dtype, init=False)
+    new.load_state_dict(model.state_dict())
+    for mine, theirs in zip(new.parameters(), model.parameters()):
+        mine.requires_grad_(theirs.requires_grad)
+    return new.train(model.training)
+
+
+__all__ = [
+    "build", "with_attention", "ATTENTION", "attention_fn",
+    "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel",
+]

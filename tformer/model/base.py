@@ -63,19 +63,6 @@ class TransformerModel(nn.Module):
         """Every parameter once (a tied head shares the embedding's storage and is not counted twice)."""
         return sum(p.numel() for p in self.parameters())
 
-    def set_attn_impl(self, impl: str) -> None:
-        """'sdpa' (fast) or 'reference' (step by step, can return weights) for every attention layer."""
-        from tformer.model.attention import MultiHeadAttention
-
-        if impl not in ("sdpa", "reference"):
-            from tformer.core.errors import TformerError
-
-            raise TformerError(f"attention implementation '{impl}' is unknown; choose sdpa or reference")
-        self.config.attn_impl = impl
-        for module in self.modules():
-            if isinstance(module, MultiHeadAttention):
-                module.impl = impl
-
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor, shift: bool) -> torch.Tensor:
     """Mean cross-entropy in nats over labelled positions. ``shift``: position t predicts label t+1."""

@@ -82,7 +82,7 @@ def render(w: Walkthrough, decimals: int = 3, console: Console | None = None) ->
     vcols = [f"v{i + 1}" for i in range(H * dv)]
 
     p(bold="Scaled dot-product attention, step by step")
-    p("  Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, computed by tformer.model.attention.attention_reference")
+    p("  Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, computed by tformer.model.attention.reference")
     p(f"  {ex.source}: {T} tokens ({', '.join(tok)}), d_model = {d}, {H} head{'s' if H > 1 else ''}, "
       f"d_k = {dk}, d_v = {dv}, {'causal mask' if w.causal else 'no mask'}")
 

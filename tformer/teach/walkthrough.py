@@ -1,6 +1,6 @@
 """Scaled dot-product attention, one step at a time, through the library's own code.
 
-The output and the weights come from ``tformer.model.attention.attention_reference`` — the
+The output and the weights come from ``tformer.model.attention.reference.reference`` — the
 function the models run — with scale 1/√d_k and the mask from ``build_mask``. The intermediate
 steps it does not return (Q Kᵀ, the scaled and masked scores) are recomputed here the same way,
 and the softmax of those steps is checked to equal the function's weights bit for bit, so the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tformer.model.attention import attention_reference
+from tformer.model.attention.reference import reference
 from tformer.model.masks import build_mask, causal_mask
 from tformer.teach.examples import Example, validate
 
@@ -81,16 +81,16 @@ def run(example: Example, heads: int = 1, causal: bool = False) -> Walkthrough:
     q, k, v = split(Q, d_k), split(K, d_k), split(V, d_v)
     scale = 1.0 / math.sqrt(d_k)
     mask = build_mask(T, T, causal=causal, dtype=DTYPE)
-    out, weights = attention_reference(q, k, v, mask, scale)
+    out, weights = reference(q, k, v, mask, scale)
 
-    # The steps inside attention_reference, redone in the same order with the same operations.
+    # The steps inside reference(), redone in the same order with the same operations.
     allowed = causal_mask(T, T) if causal else torch.ones(T, T, dtype=torch.bool)
     scores = q @ k.transpose(-2, -1)
     scaled = (scores * scale).masked_fill(~allowed, float("-inf"))
     mine = torch.softmax(scaled, dim=-1)
     if not (torch.equal(mine, weights) and torch.equal(mine @ v, out)):
         # A bug, not bad input: the walkthrough would be teaching numbers the model does not compute.
-        raise RuntimeError("walkthrough steps disagree with attention_reference; update tformer/teach/walkthrough.py")
+        raise RuntimeError("walkthrough steps disagree with attention.reference(); update tformer/teach/walkthrough.py")
 
     per_head = [HeadSteps(q[0, h], k[0, h], v[0, h], scores[0, h], scaled[0, h], weights[0, h], out[0, h])
                 for h in range(heads)]

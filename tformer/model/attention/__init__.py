@@ -1,0 +1,11 @@
+"""Attention: a registry of kinds (one function each, one signature) and the multi-head layer that uses one.
+
+``ATTENTION`` maps each name ``ModelConfig.attn_impl`` accepts to its function; the functions live
+in their own modules (``tformer.model.attention.reference.reference``, ``...sdpa.sdpa``).
+"""
+
+from tformer.model.attention.groups import expand_kv
+from tformer.model.attention.multihead import MultiHeadAttention
+from tformer.model.attention.registry import ATTENTION, AttentionFn, attention_fn
+
+__all__ = ["ATTENTION", "AttentionFn", "attention_fn", "expand_kv", "MultiHeadAttention"]
