@@ -15,7 +15,7 @@ from tformer.machine.describe import device_from_dict, parse_pairs, resolve_hard
 from tformer.machine.device import DTYPE_BITS, DTYPES, Device, GiB
 from tformer.machine.gpu_specs import GPUInfo, add_nvml, driver_gpu_names, gpu_peaks
 from tformer.machine.peaks import (Peak, above_peak_note, cpu_peak_flops, gpu_bandwidth, implied_clock_hz,
-                                   memory_bandwidth, simd_lanes)
+                                   memory_bandwidth, simd_lanes, vs_theoretical)
 from tformer.machine.profile_store import (cache_dir, load_measured_device, load_profile, machine_key, profile_path,
                                            save_profile)
 from tformer.machine.spec_table import SPEC_TABLE, device_names, lookup, match_gpu_name
@@ -29,4 +29,4 @@ __all__ = ["DTYPES", "DTYPE_BITS", "GiB", "MATMUL_DTYPES", "NO_NATIVE", "SPEC_TA
            "device_from_dict", "device_names", "driver_gpu_names", "gpu_bandwidth", "gpu_peaks", "implied_clock_hz",
            "last_level_cache_bytes", "load_measured_device", "load_profile", "lookup", "machine_key",
            "match_gpu_name", "memory_bandwidth", "parse_pairs", "profile_path", "resolve_hardware", "save_profile",
-           "simd_lanes", "vector_units"]
+           "simd_lanes", "vector_units", "vs_theoretical"]

@@ -84,5 +84,12 @@ def above_peak_note(measured: float | None, theoretical: float | None,
             f"the formula used {fmt.hz(theoretical / flops_per_cycle)} (a nominal clock hides the boost clock)")
 
 
+def vs_theoretical(measured: float | None, theoretical: float | None, flops_per_cycle: float | None = None) -> str:
+    """measured / theoretical as a percentage, with ``above_peak_note`` beside it when above 100%."""
+    ratio = measured / theoretical if fmt.known(measured) and fmt.known(theoretical) and theoretical else None
+    note = above_peak_note(measured, theoretical, flops_per_cycle)
+    return fmt.pct(ratio) + (f" ({note})" if note else "")
+
+
 __all__ = ["Peak", "above_peak_note", "cpu_peak_flops", "gpu_bandwidth", "implied_clock_hz", "memory_bandwidth",
-           "simd_lanes"]
+           "simd_lanes", "vs_theoretical"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from tformer.core import fmt, plots
+from tformer.core import fmt
+from tformer.report import plots
 from tformer.report.doc import Section
 
 

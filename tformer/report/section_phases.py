@@ -5,7 +5,8 @@ measured and predicted."""
 from __future__ import annotations
 
 from tformer.cost.scaling import decode_compute_bound_batch
-from tformer.core import fmt, plots
+from tformer.core import fmt
+from tformer.report import plots
 from tformer.report.doc import Section
 
 
