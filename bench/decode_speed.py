@@ -57,7 +57,7 @@ def cpu_name() -> str:
 def measured_bandwidth() -> tuple[float, str]:
     """Bytes/s to main memory: the saved bench profile if there is one, else a copy measured now."""
     try:
-        from tformer.machine.device import resolve_hardware
+        from tformer.machine import resolve_hardware
 
         device = resolve_hardware("measured")
         if device.bandwidth:

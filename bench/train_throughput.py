@@ -155,7 +155,7 @@ def main(argv=None) -> None:
     print(f"  ceiling over transformers with every other op free: {hf['step'] / kernels:.2f}x "
           f"(its step over its own GEMMs + attention; target 1.3x)")
     try:  # needs a saved bench profile (`tformer bench --quick`) for the measured peak and bandwidth
-        from tformer.machine.device import resolve_hardware
+        from tformer.machine import resolve_hardware
         from tformer.cost.ledger import Workload, ledger
 
         device = resolve_hardware("measured")

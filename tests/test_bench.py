@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from tformer.machine.device import resolve_hardware
+from tformer.machine import resolve_hardware
 from tformer.core.errors import TformerError
 from tformer.measure.bench import STREAM_ARRAYS, BenchResult, bench_matmul, bench_stream, run_bench, time_calls
 from tformer.machine.profile_store import load_measured_device, load_profile, profile_path, save_profile

@@ -59,3 +59,14 @@ def test_train_throughput_runs_and_reports_ratio_and_ceiling(capsys):
     for _, gemm, attention, rest, step, _ratio in rows:  # the three parts add up to the step (rounded to ms)
         assert abs(int(gemm) + int(attention) + int(rest) - int(step)) <= 2
     assert re.search(r"ceiling over transformers with every other op free: [\d.]+x", out)
+
+
+def test_cli_latency_times_count_beside_its_peers(capsys):
+    latency = load("cli_latency")
+    assert latency.main(["--runs", "1", "--preset", "char-small", "--phase", "forward"]) == 0
+    out = capsys.readouterr().out
+    for label in ("tformer count --preset char-small --phase forward --json", 'python -c "import torch"',
+                  "python -c pass"):
+        assert re.search(rf"^\s+[\d.]+ s\s+\(min [\d.]+, max [\d.]+\)\s+{re.escape(label)}$", out, re.M), label
+    assert re.search(r"^count: [\d.]+ s, (meets|MISSES) the 0.5 s target; [\d.]+ s above bare interpreter start; "
+                     r"importing torch alone takes [\d.]+ s$", out, re.M)

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from tformer.machine.device import Device, device_from_dict
+from tformer.machine import Device, device_from_dict
 from tformer.cost.ops import Op
 from tformer.cost.roofline import gemv_dims, measured_op_time, roofline
 from tformer.core.errors import TformerError

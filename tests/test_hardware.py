@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tformer.machine.device import (SPEC_TABLE, Device, cpu_peak_flops, device_from_dict, gpu_bandwidth, lookup,
+from tformer.machine import (SPEC_TABLE, Device, cpu_peak_flops, device_from_dict, gpu_bandwidth, lookup,
                                    match_gpu_name, memory_bandwidth, resolve_hardware)
 from tformer.core.errors import TformerError
 

@@ -16,7 +16,7 @@ from tformer.cost import ops as O
 from tformer.cost import roofline as R
 from tformer.cost import scaling as S
 from tformer.cost.conventions import course_flops
-from tformer.machine.device import Device, gpu_bandwidth
+from tformer.machine import Device, gpu_bandwidth
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.memory import korthikanti_activation_bytes, optimizer_bytes_per_param
 

@@ -9,7 +9,7 @@ import pytest
 
 from tformer.core.config import preset
 from tformer.cost import scaling as S
-from tformer.machine.device import Device
+from tformer.machine import Device
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import roofline
 from tformer.core.errors import TformerError

@@ -13,7 +13,7 @@ import pytest
 
 from tformer.cli import main
 from tformer.core.config import preset, preset_names
-from tformer.machine.device import Device
+from tformer.machine import Device
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import matmul_dims, roofline
 from tformer.measure.bench import BenchResult, DeviceBench, MatmulPoint, StreamPoint

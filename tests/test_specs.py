@@ -9,6 +9,7 @@ import torch
 
 from tformer.machine import specs as specs_mod
 from tformer.machine.specs import NO_NATIVE, CPUInfo, cpu_peaks, detect, vector_units
+from tformer.measure.probe import detect_machine
 
 
 def test_detect_runs_and_is_serialisable():
@@ -31,7 +32,7 @@ def test_detect_without_gpu_and_without_nvml(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_nvml)
-    s = detect()
+    s = detect_machine()
     assert s.gpus == [] and s.gpu_peaks == {}
 
 
@@ -52,7 +53,7 @@ def test_detect_with_broken_cuda(monkeypatch):
         raise RuntimeError("driver gone")
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", boom)
-    assert detect().gpus == []
+    assert detect_machine().gpus == []
 
 
 def _cpu(**kw):

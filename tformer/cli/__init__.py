@@ -1,13 +1,16 @@
 """`tformer <command>`: one entry point, one module per subcommand in tformer/cli/.
 
-Each command module defines NAME, HELP, add_arguments(parser) and run(args) -> int. Heavy
-imports happen inside run(), so `tformer --help` stays instant.
+Each command module defines NAME (its file name), HELP, add_arguments(parser) and run(args) -> int.
+A command line that names a command imports that command's module only, so `tformer count` loads the
+ledger and nothing else (no torch); `tformer --help` imports them all. Command modules import torch
+only inside run(), so the help stays quick too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import pkgutil
 import sys
 
 from tformer import __version__
@@ -20,23 +23,23 @@ COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train
 
 
 def command_modules() -> list[str]:
-    import pkgutil
-
-    import tformer.cli
-
-    found = [m.name for m in pkgutil.iter_modules(tformer.cli.__path__) if not m.name.startswith("_")]
+    found = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]
     ordered = [name for name in COMMAND_ORDER if name in found] + sorted(set(found) - set(COMMAND_ORDER))
     return [f"tformer.cli.{name}" for name in ordered]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or with the one named ``only`` (a command's NAME is its module's name)."""
     parser = argparse.ArgumentParser(
         prog="tformer",
         description="Transformers you can read, run and measure.",
     )
     parser.add_argument("--version", action="version", version=f"tformer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
-    for module_name in command_modules():
+    modules = command_modules()
+    if f"tformer.cli.{only}" in modules:
+        modules = [f"tformer.cli.{only}"]
+    for module_name in modules:
         module = importlib.import_module(module_name)
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
@@ -45,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    named = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=named)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()

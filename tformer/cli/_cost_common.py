@@ -1,8 +1,11 @@
-"""Arguments and formatting shared by `tformer count` and `tformer scale` (not a command itself)."""
+"""Arguments, loaders and the console shared by `tformer count` and `tformer scale` (not a command itself).
+Numbers are formatted by tformer.core.fmt."""
 
 from __future__ import annotations
 
 import sys
+
+from tformer.machine import resolve_hardware
 
 
 def add_model_arguments(parser) -> None:
@@ -59,51 +62,11 @@ def load_workload(args, config):
 def load_device(spec):
     if not spec:
         return None
-    from tformer.machine.device import resolve_hardware
-
     return resolve_hardware(spec)
 
 
 def console():
-    from rich.console import Console
+    from rich.console import Console  # deferred: --json output never loads rich
 
     # Piped output (files, CI logs) gets a fixed wide layout so tables do not wrap.
     return Console() if sys.stdout.isatty() else Console(width=160)
-
-
-# Numbers with their units -------------------------------------------------------------------------------
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def fmt_flops(n) -> str:
-    return f"{n:,} FLOPs ({_si(n, 'FLOP')})"
-
-
-def fmt_params(n) -> str:
-    return f"{n:,} params ({_si(n, '')})".replace(" )", ")")
-
-
-def fmt_bytes(n) -> str:
-    if n < 1000:
-        return f"{n:,} B"
-    return f"{n:,} B ({n / 1e9:.4g} GB, {n / 2**30:.4g} GiB)"
-
-
-def fmt_time(t) -> str:
-    if not isinstance(t, (int, float)):
-        return str(t)
-    if t >= 1:
-        return f"{t:.4g} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.4g} ms"
-    if t >= 1e-6:
-        return f"{t * 1e6:.4g} µs"
-    return f"{t * 1e9:.4g} ns"
-
-
-def fmt_rate(v, unit: str) -> str:
-    return _si(v, unit) if isinstance(v, (int, float)) else str(v)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from tformer.cli._cost_common import console, fmt_bytes, fmt_rate, fmt_time
-
-
-def _pct(x) -> str:
-    return f"{x:.1%}" if isinstance(x, (int, float)) else "unknown"
+from tformer.cli._cost_common import console
+from tformer.core import fmt
 
 
 def _ratio(x) -> str:
@@ -32,10 +29,10 @@ def print_result(r, ops: bool = False, comparison: bool = True) -> None:
             t.add_column(col, justify="left" if col in ("phase", "op", "bound") else "right")
         for row in r.ops:
             name = row.name + (f" (+{', '.join(c.rsplit('.', 1)[-1] for c in row.covers[1:])})" if len(row.covers) > 1 else "")
-            t.add_row(row.phase, name, fmt_time(row.measured_s), fmt_time(row.predicted_s), _ratio(row.ratio), row.bound,
+            t.add_row(row.phase, name, fmt.duration(row.measured_s), fmt.duration(row.predicted_s), _ratio(row.ratio), row.bound,
                       f"{row.measured_flops:,}" if row.measured_flops else "0",
-                      fmt_rate(row.achieved_flops_per_s, "FLOP/s") if row.achieved_flops_per_s else "-",
-                      fmt_rate(row.achieved_bytes_per_s, "B/s") if row.achieved_bytes_per_s else "-")
+                      fmt.rate(row.achieved_flops_per_s, "FLOP/s") if row.achieved_flops_per_s else "-",
+                      fmt.rate(row.achieved_bytes_per_s, "B/s") if row.achieved_bytes_per_s else "-")
         con.print(t)
         kinds: dict[tuple, list] = {}
         for row in r.ops:
@@ -46,40 +43,40 @@ def print_result(r, ops: bool = False, comparison: bool = True) -> None:
         for col in ("phase", "kind", "measured", "predicted", "ratio"):
             k.add_column(col, justify="left" if col in ("phase", "kind") else "right")
         for (phase, kind), (m, p) in kinds.items():
-            k.add_row(phase, kind, fmt_time(m), fmt_time(p), _ratio(p / m if m else None))
+            k.add_row(phase, kind, fmt.duration(m), fmt.duration(p), _ratio(p / m if m else None))
         con.print(k)
     s = r.step
-    con.print(f"step time: measured {fmt_time(s.measured_s)} (median of {r.steps} after {r.warmup} warm-up; "
-              f"min {fmt_time(s.min_s)}, max {fmt_time(s.max_s)}), predicted {fmt_time(s.predicted_s)}, "
+    con.print(f"step time: measured {fmt.duration(s.measured_s)} (median of {r.steps} after {r.warmup} warm-up; "
+              f"min {fmt.duration(s.min_s)}, max {fmt.duration(s.max_s)}), predicted {fmt.duration(s.predicted_s)}, "
               f"[bold]ratio predicted/measured {_ratio(s.ratio)}[/bold]")
-    by = ", ".join(f"{ph} {fmt_time(s.measured_by_phase.get(ph))} vs {fmt_time(t)}"
+    by = ", ".join(f"{ph} {fmt.duration(s.measured_by_phase.get(ph))} vs {fmt.duration(t)}"
                    for ph, t in s.predicted_by_phase.items() if ph in s.measured_by_phase)
     con.print(f"  by phase (instrumented vs predicted): {by}")
-    con.print(f"  per-op rows sum to {fmt_time(s.per_op_sum_s)} of an instrumented step of {fmt_time(s.instrumented_s)} "
-              f"(hooks add {fmt_time(max(0.0, s.instrumented_s - s.measured_s))})")
+    con.print(f"  per-op rows sum to {fmt.duration(s.per_op_sum_s)} of an instrumented step of {fmt.duration(s.instrumented_s)} "
+              f"(hooks add {fmt.duration(max(0.0, s.instrumented_s - s.measured_s))})")
     con.print(f"tokens/s: {r.tokens_per_s:,.1f} ({r.tokens:,} tokens per step)")
     con.print(f"FLOPs per step: measured {r.measured_flops:,} (FlopCounterMode formulas, reference attention), ledger "
               f"matmul {r.ledger_matmul_flops:,} — {'equal' if r.flops_match else 'DIFFERENT'}")
     u = r.utilization
     con.print(f"MFU ({u.dtype}; model FLOPs = ledger matmul FLOPs {u.model_flops:,}; achieved "
-              f"{fmt_rate(u.achieved_flops_per_s, 'FLOP/s')}): [bold]{_pct(u.mfu_measured)}[/bold] of the measured peak "
-              f"({fmt_rate(u.measured_peak, 'FLOP/s') if u.measured_peak else 'unknown'}), {_pct(u.mfu_theoretical)} of the "
-              f"theoretical peak ({fmt_rate(u.theoretical_peak, 'FLOP/s') if u.theoretical_peak else u.theoretical_peak_source})")
+              f"{fmt.rate(u.achieved_flops_per_s, 'FLOP/s')}): [bold]{fmt.pct(u.mfu_measured)}[/bold] of the measured peak "
+              f"({fmt.rate(u.measured_peak, 'FLOP/s') if u.measured_peak else 'unknown'}), {fmt.pct(u.mfu_theoretical)} of the "
+              f"theoretical peak ({fmt.rate(u.theoretical_peak, 'FLOP/s') if u.theoretical_peak else u.theoretical_peak_source})")
     same = u.hardware_flops == u.model_flops
-    con.print(f"HFU (with recomputation): {_pct(u.hfu_measured)} measured peak, {_pct(u.hfu_theoretical)} theoretical"
+    con.print(f"HFU (with recomputation): {fmt.pct(u.hfu_measured)} measured peak, {fmt.pct(u.hfu_theoretical)} theoretical"
               + (" — equal to MFU: no activation checkpointing, nothing recomputed" if same else ""))
     m = r.memory
-    con.print(f"peak memory: {fmt_bytes(m.peak_bytes) if m.peak_bytes is not None else 'unknown'}"
-              + (f" (increase during the step {fmt_bytes(m.increase_bytes)})" if m.increase_bytes is not None else "")
-              + f"; ledger total {fmt_bytes(m.ledger_total_bytes)} ({m.ledger_rule})")
+    con.print(f"peak memory: {fmt.nbytes_gb(m.peak_bytes) if m.peak_bytes is not None else 'unknown'}"
+              + (f" (increase during the step {fmt.nbytes_gb(m.increase_bytes)})" if m.increase_bytes is not None else "")
+              + f"; ledger total {fmt.nbytes_gb(m.ledger_total_bytes)} ({m.ledger_rule})")
     con.print(f"  measured as: {m.method}")
     if comparison:
         t = Table(title="training vs inference (same batch and sequence; MFU against the measured peak)")
         for col in ("phase", "intensity", "predicted time", "predicted MFU", "measured MFU", "bound"):
             t.add_column(col, justify="left" if col in ("phase", "bound") else "right")
         for p in r.phases:
-            t.add_row(p.phase, f"{p.intensity:.1f} FLOP/B", fmt_time(p.predicted_s), _pct(p.predicted_mfu),
-                      _pct(p.measured_mfu) if p.measured_mfu is not None else "not run", p.bound)
+            t.add_row(p.phase, f"{p.intensity:.1f} FLOP/B", fmt.duration(p.predicted_s), fmt.pct(p.predicted_mfu),
+                      fmt.pct(p.measured_mfu) if p.measured_mfu is not None else "not run", p.bound)
         con.print(t)
         con.print(r.phase_reason)
     for note in r.notes:

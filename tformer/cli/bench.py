@@ -1,5 +1,12 @@
 """`tformer bench`: measured matmul FLOP/s and memory bandwidth, saved as this machine's profile."""
 
+import json
+import sys
+
+from tformer.core import fmt
+from tformer.core.errors import TformerError
+from tformer.machine.profile_store import save_profile
+
 NAME = "bench"
 HELP = "Measure matmul FLOP/s over a size sweep and STREAM bandwidth; save as this machine's profile."
 
@@ -17,8 +24,6 @@ def add_arguments(parser) -> None:
 
 
 def _sizes(text):
-    from tformer.core.errors import TformerError
-
     if text is None:
         return None
     try:
@@ -31,11 +36,7 @@ def _sizes(text):
 
 
 def run(args) -> int:
-    import json
-    import sys
-
-    from tformer.measure.bench import run_bench
-    from tformer.machine.profile_store import save_profile
+    from tformer.measure.bench import run_bench  # deferred: torch, only when a bench runs
 
     sizes = _sizes(args.sizes)
     progress = None
@@ -75,11 +76,17 @@ def _summary(result) -> dict:
     return out
 
 
-def _print(result, path) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _ratio(comp) -> str:
+    """measured / theoretical, and on the same line why it is above 1 when it is (never a bare 1.15)."""
+    if comp.ratio is None:
+        return "-"
+    note = comp.above_peak()
+    return f"{comp.ratio:.2f}" + (f" ({note})" if note else "")
 
-    from tformer.cli.specs import fmt_si
+
+def _print(result, path) -> None:
+    from rich.console import Console  # deferred: --json output never loads rich
+    from rich.table import Table
 
     console = Console()
     for d in result.devices:
@@ -90,7 +97,7 @@ def _print(result, path) -> None:
         for p in d.matmul:
             unit = "OPS" if p.dtype == "int8" else "FLOP/s"
             t.add_row(p.dtype, str(p.n), f"{p.median_s * 1e3:.3f} ms", f"{p.min_s * 1e3:.3f}..{p.max_s * 1e3:.3f} ms",
-                      fmt_si(p.flops_per_s, unit), fmt_si(p.flops_per_s_best, unit))
+                      fmt.si(p.flops_per_s, unit, decimals=1), fmt.si(p.flops_per_s_best, unit, decimals=1))
         console.print(t)
         if d.stream:
             s = Table(title=f"{d.device}: STREAM bandwidth (fp32 arrays of {d.stream[0].elements:,} elements = "
@@ -100,15 +107,14 @@ def _print(result, path) -> None:
             for p in d.stream:
                 s.add_row(p.kernel, f"{p.bytes:,}", f"{p.median_s * 1e3:.2f} ms",
                           f"{p.min_s * 1e3:.2f}..{p.max_s * 1e3:.2f} ms",
-                          f"{p.bytes_per_s / 1e9:.1f} GB/s", f"{p.bytes_per_s_best / 1e9:.1f} GB/s")
+                          fmt.in_unit(p.bytes_per_s, "GB/s"), fmt.in_unit(p.bytes_per_s_best, "GB/s"))
             console.print(s)
         c = Table(title=f"{d.device}: measured vs theoretical")
         for col in ("quantity", "measured", "theoretical", "ratio", "likely reasons for the gap"):
             c.add_column(col, justify="right" if col in ("measured", "theoretical", "ratio") else "left")
         for comp in d.comparisons:
-            theo = fmt_si(comp.theoretical, comp.unit) if comp.theoretical else comp.theoretical_source
-            c.add_row(comp.quantity, fmt_si(comp.measured, comp.unit), theo,
-                      f"{comp.ratio:.2f}" if comp.ratio is not None else "-",
+            theo = fmt.si(comp.theoretical, comp.unit, decimals=1) if comp.theoretical else comp.theoretical_source
+            c.add_row(comp.quantity, fmt.si(comp.measured, comp.unit, decimals=1), theo, _ratio(comp),
                       "\n".join(f"• {r}" for r in comp.reasons))
         console.print(c)
         for note in d.skipped:

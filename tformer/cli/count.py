@@ -1,13 +1,22 @@
 """`tformer count`: the ledger of a model and workload — parameters, FLOPs, memory, and with
 --hardware the roofline time of every op."""
 
+import json
+
+from tformer.cli._cost_common import (add_model_arguments, add_workload_arguments, console, load_config, load_device,
+                                      load_workload)
+from tformer.core import fmt
+from tformer.core.errors import TformerError
+from tformer.cost.conventions import course_flops
+from tformer.cost.ledger import ledger
+from tformer.cost.memory import activation_alternatives
+from tformer.cost.roofline import roofline
+
 NAME = "count"
 HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, for a model and workload."
 
 
 def add_arguments(parser) -> None:
-    from tformer.cli._cost_common import add_model_arguments, add_workload_arguments
-
     add_model_arguments(parser)
     add_workload_arguments(parser)
     parser.add_argument("--ops", action="store_true", help="print the per-op table")
@@ -16,15 +25,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import json
-
-    from tformer.cli._cost_common import load_config, load_device, load_workload
-    from tformer.cost.conventions import course_flops
-    from tformer.cost.ledger import ledger
-    from tformer.cost.memory import activation_alternatives
-    from tformer.cost.roofline import roofline
-    from tformer.core.errors import TformerError
-
     config = load_config(args)
     workload = load_workload(args, config)
     device = load_device(args.hardware)
@@ -59,9 +59,7 @@ _COURSE_NOTE = ("course assignment: 20·T·d² + 4·T²·d per layer — the fou
 
 
 def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
-    from rich.table import Table
-
-    from tformer.cli._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_rate, fmt_time
+    from rich.table import Table  # deferred: --json output never loads rich
 
     con = console()
     c, w = lg.config, lg.workload
@@ -74,28 +72,28 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     t = Table(title="Parameters (every tensor once; tied embeddings once)")
     t.add_column("part")
     t.add_column("count", justify="right")
-    t.add_row("total", fmt_params(p["total"]))
-    t.add_row("embedding (token, type, position tables)", fmt_params(p["embedding"]))
-    t.add_row("non-embedding", fmt_params(p["non_embedding"]))
+    t.add_row("total", fmt.params(p["total"], word=True))
+    t.add_row("embedding (token, type, position tables)", fmt.params(p["embedding"], word=True))
+    t.add_row("non-embedding", fmt.params(p["non_embedding"], word=True))
     for comp, n in p["by_component"].items():
-        t.add_row(f"  {comp}", fmt_params(n))
+        t.add_row(f"  {comp}", fmt.params(n, word=True))
     con.print(t)
 
     f = lg.flops
     t = Table(title="FLOPs (2 per multiply-accumulate)")
     t.add_column("what")
     t.add_column("FLOPs", justify="right")
-    t.add_row("matmul (= FlopCounterMode)" if w.attention_flops == "full" else "matmul (causal accounting)", fmt_flops(f["matmul"]))
-    t.add_row("element-wise (conventions)", fmt_flops(f["other"]))
-    t.add_row("total", fmt_flops(f["total"]))
+    t.add_row("matmul (= FlopCounterMode)" if w.attention_flops == "full" else "matmul (causal accounting)", fmt.flops(f["matmul"]))
+    t.add_row("element-wise (conventions)", fmt.flops(f["other"]))
+    t.add_row("total", fmt.flops(f["total"]))
     for phase, v in f["by_phase"].items():
         t.add_row(f"  {phase} (matmul / total)", f"{v['matmul']:,} / {v['total']:,} FLOPs")
     r = lg.rules_of_thumb
-    t.add_row(f"rule of thumb {r['rule']} (N={r['N']:,}, D={r['D']:,})", fmt_flops(r["value"]))
+    t.add_row(f"rule of thumb {r['rule']} (N={r['N']:,}, D={r['D']:,})", fmt.flops(r["value"]))
     t.add_row("exact matmul / rule", f"{r['ratio_exact_over_rule']:.4f}" if r["ratio_exact_over_rule"] else "-")
     if course is not None:
         t.add_row("course assignment convention (mixes MACs and FLOPs)", f"{course:,} 'FLOPs' ({course / 1e9:.4g} G)")
-        t.add_row("  correct forward matmul count", fmt_flops(lg.flops["by_phase"]["forward"]["matmul"]))
+        t.add_row("  correct forward matmul count", fmt.flops(lg.flops["by_phase"]["forward"]["matmul"]))
     con.print(t)
     con.print(f"[dim]{r['explanation']}[/]")
 
@@ -104,16 +102,16 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     t.add_column("what")
     t.add_column("bytes", justify="right")
     for key in ("weights", "gradients", "optimizer", "activations", "kv_cache", "logits", "total"):
-        t.add_row(key.replace("_", " "), fmt_bytes(m[key]))
+        t.add_row(key.replace("_", " "), fmt.nbytes_gb(m[key]))
     if w.training:
         t.add_row("bytes per parameter", ", ".join(f"{k} {v} B" for k, v in m["bytes_per_param"].items()))
         for key, v in alternatives.items():
-            t.add_row(f"  activations, {key.replace('_', ' ')}", fmt_bytes(v))
+            t.add_row(f"  activations, {key.replace('_', ' ')}", fmt.nbytes_gb(v))
         if m["activations_per_layer"]:
             first = m["activations_per_layer"][0]
-            t.add_row(f"  activations per layer ({first['stack']} layer {first['layer']})", fmt_bytes(first["bytes"]))
+            t.add_row(f"  activations per layer ({first['stack']} layer {first['layer']})", fmt.nbytes_gb(first["bytes"]))
     if m["kv_cache_per_token"]:
-        t.add_row("KV cache per token per sequence", fmt_bytes(m["kv_cache_per_token"]))
+        t.add_row("KV cache per token per sequence", fmt.nbytes_gb(m["kv_cache_per_token"]))
     con.print(t)
     con.print(f"[dim]total = {m['total_rule']}; activations: {m['activation_rule']}[/]")
 
@@ -121,14 +119,14 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
         t = Table(title=f"Roofline on {roof.device} ({roof.dtype}, efficiency {roof.efficiency:g})")
         t.add_column("what")
         t.add_column("value", justify="right")
-        t.add_row("peak", fmt_rate(roof.peak_flops, "FLOP/s"))
-        t.add_row("bandwidth", fmt_rate(roof.bandwidth, "B/s"))
+        t.add_row("peak", fmt.rate(roof.peak_flops, "FLOP/s"))
+        t.add_row("bandwidth", fmt.rate(roof.bandwidth, "B/s"))
         t.add_row("ridge point", f"{roof.ridge_point:.4g} FLOP/B" if isinstance(roof.ridge_point, float) else str(roof.ridge_point))
-        t.add_row("predicted time", fmt_time(roof.time_s))
+        t.add_row("predicted time", fmt.duration(roof.time_s))
         for phase, v in roof.time_by_phase.items():
-            t.add_row(f"  {phase}", fmt_time(v))
+            t.add_row(f"  {phase}", fmt.duration(v))
         for bound, v in roof.bound_share.items():
-            t.add_row(f"  time in {bound}-bound ops", fmt_time(v))
+            t.add_row(f"  time in {bound}-bound ops", fmt.duration(v))
         t.add_row("source", roof.source)
         con.print(t)
 
@@ -144,7 +142,7 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
             row = [op.name, op.kind, op.phase, op.shapes, f"{op.matmul_flops:,}", f"{op.other_flops:,}", f"{op.bytes:,}",
                    f"{op.intensity:.3g}" if op.intensity is not None else "-"]
             if roof is not None:
-                row += [fmt_time(roof.ops[i].time_s), roof.ops[i].bound]
+                row += [fmt.duration(roof.ops[i].time_s), roof.ops[i].bound]
             t.add_row(*row)
         con.print(t)
 

@@ -1,13 +1,21 @@
 """`tformer scale`: what changes when the model or workload grows, where attention overtakes the
 FFN, when decode turns compute-bound, and what a training run or a compute budget buys."""
 
+import json
+from dataclasses import replace
+
+from tformer.cli._cost_common import (add_model_arguments, add_workload_arguments, console, load_config, load_device,
+                                      load_workload)
+from tformer.core import fmt
+from tformer.core.errors import TformerError
+from tformer.cost import scaling
+from tformer.cost.roofline import COMPUTE_DTYPE
+
 NAME = "scale"
 HELP = "What-if table (double d_model, layers, seq, batch or any factor), crossovers, training time and compute-optimal sizes."
 
 
 def add_arguments(parser) -> None:
-    from tformer.cli._cost_common import add_model_arguments, add_workload_arguments
-
     add_model_arguments(parser)
     add_workload_arguments(parser)
     parser.add_argument("--factor", type=float, default=2.0, help="multiply each knob by this (default 2)")
@@ -20,13 +28,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import json
-
-    from tformer.cli._cost_common import load_config, load_device, load_workload
-    from tformer.cost import scaling
-    from tformer.cost.roofline import COMPUTE_DTYPE
-    from tformer.core.errors import TformerError
-
     config = load_config(args)
     workload = load_workload(args, config)
     device = load_device(args.hardware)
@@ -59,15 +60,11 @@ def run(args) -> int:
 
 
 def _as_train(workload):
-    from dataclasses import replace
-
     return replace(workload, phase="train", context=None)
 
 
 def _print(out, config, workload, factor) -> None:
-    from rich.table import Table
-
-    from tformer.cli._cost_common import console, fmt_bytes, fmt_flops, fmt_params, fmt_time
+    from rich.table import Table  # deferred: --json output never loads rich
 
     con = console()
     wi = out["what_if"]
@@ -76,8 +73,8 @@ def _print(out, config, workload, factor) -> None:
                     f"batch {workload.batch}, seq {workload.seq}, {workload.dtype})")
     for col in ("knob", "params", "FLOPs", "activations", "KV cache", "time"):
         t.add_column(col, justify="left" if col == "knob" else "right")
-    t.add_row("baseline", fmt_params(base["params"]), fmt_flops(base["flops"]), fmt_bytes(base["activations"]),
-              fmt_bytes(base["kv_cache"]), fmt_time(base["time_s"]) if base["time_s"] is not None else "- (no --hardware)")
+    t.add_row("baseline", fmt.params(base["params"], word=True), fmt.flops(base["flops"]), fmt.nbytes_gb(base["activations"]),
+              fmt.nbytes_gb(base["kv_cache"]), fmt.duration(base["time_s"]) if base["time_s"] is not None else "- (no --hardware)")
 
     def ratio(r):
         return f"x{r:.3f}" if r is not None else "-"
@@ -98,8 +95,8 @@ def _print(out, config, workload, factor) -> None:
             con.print(f"decode compute-bound batch: {d.get('batch') or 'never'} — {d.get('reason', '')}")
     if "training_run" in out:
         r = out["training_run"]
-        line = (f"training on {r['tokens']:.4g} tokens: {fmt_flops(int(r['flops']))} (6ND rule {r['flops_6nd']:.4g} FLOPs), "
-                f"{fmt_time(r['seconds'])} wall-clock, {r['device_hours']:,.1f} device-hours")
+        line = (f"training on {r['tokens']:.4g} tokens: {fmt.flops(int(r['flops']))} (6ND rule {r['flops_6nd']:.4g} FLOPs), "
+                f"{fmt.duration(r['seconds'])} wall-clock, {r['device_hours']:,.1f} device-hours")
         if "cost" in r:
             line += f", cost {r['cost']:,.2f} (price x device-hours)"
         con.print(line)

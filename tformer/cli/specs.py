@@ -1,5 +1,7 @@
 """`tformer specs`: what this machine is, and its theoretical peaks with their sources."""
 
+from tformer.core import fmt
+
 NAME = "specs"
 HELP = "Show this machine's CPU, caches, memory and GPUs, and theoretical peak FLOP/s and bandwidth."
 
@@ -26,22 +28,13 @@ def _check(args) -> None:
         raise TformerError(f"--simd-bits must be a multiple of 64 (128, 256, 512), got {args.simd_bits}")
 
 
-def fmt_si(value, unit: str) -> str:
-    if value is None:
-        return "unknown"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:,.1f} {prefix}{unit}"
-    return f"{value:,.1f} {unit}"
-
-
 def run(args) -> int:
     import json
 
-    from tformer.machine.specs import detect
+    from tformer.measure.probe import detect_machine  # deferred: torch, for the GPUs and the PyTorch build
 
     _check(args)
-    specs = detect(clock_ghz=args.clock_ghz, fma_units=args.fma_units, simd_bits=args.simd_bits,
+    specs = detect_machine(clock_ghz=args.clock_ghz, fma_units=args.fma_units, simd_bits=args.simd_bits,
                    memory_mt_s=args.memory_mts, memory_channels=args.memory_channels,
                    memory_bus_bits=args.memory_bus_bits)
     if args.json:
@@ -57,20 +50,17 @@ def run(args) -> int:
     t.add_column("field")
     t.add_column("value")
 
-    def hz(x):
-        return f"{x / 1e9:.3f} GHz" if x else "unknown"
-
     t.add_row("model", f"{cpu.model} ({cpu.vendor}, {cpu.arch}"
               + (f", family {cpu.family} model {cpu.model_id}" if cpu.family is not None else "") + ")")
     t.add_row("cores / threads", f"{cpu.physical_cores or 'unknown'} physical / {cpu.logical_cpus} logical"
               + (f" ({cpu.usable_cpus} usable by this process)" if cpu.usable_cpus != cpu.logical_cpus else ""))
     t.add_row("SIMD / FMA", f"{cpu.simd_bits or '?'}-bit, {cpu.fma_units or '?'} FMA units/core ({cpu.vector_source})")
     t.add_row("flags", " ".join(f for f, on in cpu.flags.items() if on) or "none of interest")
-    t.add_row("clock", f"base {hz(cpu.base_clock_hz)}, max {hz(cpu.max_clock_hz)}, "
-              f"current {hz(cpu.current_clock_hz)}")
-    t.add_row("caches", ", ".join(f"L{c.level} {c.type.lower()} {fmt_si(c.size_bytes, 'B').replace(' kB', ' kB')}"
+    t.add_row("clock", f"base {fmt.hz(cpu.base_clock_hz)}, max {fmt.hz(cpu.max_clock_hz)}, "
+              f"current {fmt.hz(cpu.current_clock_hz)}")
+    t.add_row("caches", ", ".join(f"L{c.level} {c.type.lower()} {fmt.si(c.size_bytes, 'B', decimals=1)}"
                                   f" ({c.size_bytes // 1024} KiB)" for c in cpu.caches) or "unknown")
-    t.add_row("memory", f"{mem.total_bytes / 2**30:.1f} GiB ({mem.total_bytes:,} B); type {mem.type}, speed "
+    t.add_row("memory", f"{fmt.in_unit(mem.total_bytes, 'GiB')} ({mem.total_bytes:,} B); type {mem.type}, speed "
               f"{f'{mem.speed_mt_s:g} MT/s' if mem.speed_mt_s else 'unknown'} ({mem.source})"
               if mem.total_bytes else "unknown")
     t.add_row("torch", f"{specs.torch.get('version')} threads={specs.torch.get('threads')} "
@@ -83,9 +73,9 @@ def run(args) -> int:
     p.add_column("peak", justify="right")
     p.add_column("source")
     for dtype, peak in specs.cpu_peaks.items():
-        p.add_row(dtype, fmt_si(peak.value, peak.unit.replace("FLOP/s", "FLOP/s")) if peak.value else "-", peak.source)
+        p.add_row(dtype, fmt.si(peak.value, peak.unit, decimals=1) if peak.value else "-", peak.source)
     bw = specs.cpu_bandwidth
-    p.add_row("DRAM bandwidth", fmt_si(bw.value, "B/s") if bw.value else "-", bw.source)
+    p.add_row("DRAM bandwidth", fmt.si(bw.value, "B/s", decimals=1) if bw.value else "-", bw.source)
     console.print(p)
 
     if not specs.gpus:
@@ -95,15 +85,15 @@ def run(args) -> int:
         gt.add_column("quantity")
         gt.add_column("value", justify="right")
         gt.add_column("source")
-        gt.add_row("memory", f"{g.memory_bytes / 2**30:.1f} GiB" if g.memory_bytes else "unknown", g.source)
+        gt.add_row("memory", fmt.in_unit(g.memory_bytes, "GiB") if g.memory_bytes else "unknown", g.source)
         gt.add_row("SMs / compute capability", f"{g.sm_count} / {g.compute_capability}", g.source)
-        gt.add_row("SM clock max", hz(g.sm_clock_max_hz), g.source)
-        gt.add_row("memory clock / bus", f"{hz(g.mem_clock_max_hz)} / {g.mem_bus_bits or '?'} bit", g.source)
+        gt.add_row("SM clock max", fmt.hz(g.sm_clock_max_hz), g.source)
+        gt.add_row("memory clock / bus", f"{fmt.hz(g.mem_clock_max_hz)} / {g.mem_bus_bits or '?'} bit", g.source)
         gt.add_row("spec-table entry", g.table_entry or "none (unknown GPU: tensor peaks unknown)", "")
         for key, peak in specs.gpu_peaks.get(g.index, {}).items():
             label = key.replace("_tensor_sparse", " tensor cores, 2:4 sparse").replace("_tensor", " tensor cores")
             label = "bandwidth" if key == "bandwidth" else label + ("" if "tensor" in key else " (no tensor cores)")
-            gt.add_row(label, fmt_si(peak.value, peak.unit) if peak.value else "-", peak.source)
+            gt.add_row(label, fmt.si(peak.value, peak.unit, decimals=1) if peak.value else "-", peak.source)
         console.print(gt)
     for note in specs.notes:
         console.print(f"note: {note}")

@@ -141,7 +141,7 @@ def _report_decoding(run_, out, log) -> None:
 def _flops_and_peak(config, seq_len, tokens_per_row, args, device, log):
     """Training FLOPs per step from the ledger and this device's peak, for the MFU column."""
     try:
-        from tformer.machine.device import resolve_hardware
+        from tformer.machine import resolve_hardware
         from tformer.cost.ledger import Workload, ledger
     except ImportError:
         return None, None

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from tformer.core.errors import TformerError
+from tformer.machine.device import Device
+from tformer.machine.peaks import above_peak_note
 
 MATMUL_DTYPES = ("fp32", "tf32", "fp64", "bf16", "fp16", "int8")
 STREAM_KERNELS = ("copy", "scale", "add", "triad")
@@ -70,6 +72,13 @@ class Comparison:
     ratio: float | None
     theoretical_source: str
     reasons: list[str] = field(default_factory=list)
+    # cores x lanes x 2 x FMA units of the formula (CPU matmuls; None elsewhere and in older profiles):
+    # measured / this is the clock the measurement implies.
+    flops_per_cycle: float | None = None
+
+    def above_peak(self) -> str | None:
+        """The clause printed beside the ratio when the measurement beats the theoretical figure, else None."""
+        return above_peak_note(self.measured, self.theoretical, self.flops_per_cycle)
 
 
 @dataclass
@@ -139,8 +148,6 @@ class BenchResult:
 
     def to_device(self, which: str | None = None):
         """A Device (kind "measured") for the roofline: best median matmul FLOP/s per dtype, triad bandwidth."""
-        from tformer.machine.device import Device
-
         d = self.device(which)
         peaks = {}
         for dtype in MATMUL_DTYPES:
@@ -161,8 +168,8 @@ class BenchResult:
             gemv_bw.setdefault(p.dtype, []).append([p.rows, p.k, p.bytes_per_s])
         gemv_bw = {k: sorted(v) for k, v in gemv_bw.items()}
         mode = "quick" if self.quick else "full"
-        return Device(
-            name=f"measured {d.name} ({d.device})", kind="measured", peak_flops=peaks,
+        return Device.from_roofs(
+            f"measured {d.name} ({d.device})", "measured", peaks,
             bandwidth=bw_point.bytes_per_s if bw_point else None, memory_bytes=d.memory_bytes,
             matmul_curve={k: sorted(v) for k, v in curve.items()}, stream_bandwidth=stream_bw,
             gemv_bandwidth=gemv_bw,

@@ -1,16 +1,23 @@
-"""The GPUs of this machine (through torch.cuda and, when installed, NVML) and their theoretical peaks.
+"""A GPU's record and its theoretical peaks, and what the driver says about the GPUs without torch.
 
-Guarded like the rest of tformer.machine.specs: a missing driver, library or query leaves a field
-None and never raises. Peaks come from the ledger's spec table when the GPU is in it, else from
-the course's formulas (SMs x lanes x 2 x clock; Gbps per pin x bus width / 8), else "unknown".
+The GPUs PyTorch sees are probed by tformer.measure.probe (torch.cuda), which fills in NVML's
+clocks and bus width through ``add_nvml`` here. Guarded like tformer.machine.specs: a missing
+driver, library or query leaves a field None and never raises. Peaks come from the spec table when
+the GPU is in it, else from the course's formulas (SMs x lanes x 2 x clock; Gbps per pin x bus
+width / 8), else "unknown".
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 
-from tformer.machine.device import DTYPES, gpu_bandwidth, lookup, match_gpu_name
-from tformer.machine.specs import Peak
+from tformer.core import fmt
+from tformer.machine.device import DTYPES
+from tformer.machine.peaks import Peak, gpu_bandwidth
+from tformer.machine.spec_table import lookup
 
 
 @dataclass
@@ -28,43 +35,75 @@ class GPUInfo:
     source: str = "torch.cuda"
 
 
-
-
 # FP32 lanes per SM by compute capability (CUDA programming guide, arithmetic instruction throughput).
 _FP32_PER_SM = {(6, 0): 64, (6, 1): 128, (7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128,
                 (8, 9): 128, (9, 0): 128, (10, 0): 128, (12, 0): 128}
 
 
-def detect_gpus() -> list[GPUInfo]:
-    """Every CUDA GPU torch sees, with NVML's clocks and bus width when available; [] on any failure."""
-    out: list[GPUInfo] = []
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return out
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            clock_khz = getattr(p, "clock_rate", None)
-            out.append(GPUInfo(index=i, name=p.name, memory_bytes=int(p.total_memory),
-                               sm_count=getattr(p, "multi_processor_count", None),
-                               compute_capability=f"{p.major}.{p.minor}",
-                               sm_clock_max_hz=clock_khz * 1e3 if clock_khz else None,
-                               driver=getattr(torch.version, "cuda", None) and f"CUDA {torch.version.cuda}"))
-    except Exception:  # noqa: BLE001 - a broken driver must not break `tformer specs`
-        return out
-    _add_nvml(out)
-    for g in out:
-        g.table_entry = match_gpu_name(g.name, g.memory_bytes)
+def driver_gpu_names(timeout: float = 3.0) -> list[str]:
+    """The names of the GPUs this process may use, from the driver without torch: NVML (pynvml) when
+    installed, else nvidia-smi; [] when neither answers. Only the measured-profile key needs them
+    (tformer.machine.profile_store), so `tformer count --hardware measured` stays torch-free; the
+    driver gives the same name torch.cuda reports. CUDA_VISIBLE_DEVICES as a list of indices is honoured.
+    """
+    names = _nvml_names()
+    if names is None:
+        names = _smi_names(timeout)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return names
+    picks = [v.strip() for v in visible.split(",") if v.strip()]
+    if not all(v.lstrip("-").isdigit() for v in picks):
+        return names  # UUIDs or MIG names: cannot be mapped to indices here, keep every GPU
+    out = []
+    for v in picks:
+        if int(v) < 0 or int(v) >= len(names):
+            break  # CUDA stops at the first invalid index
+        out.append(names[int(v)])
     return out
 
 
-def _add_nvml(gpus: list[GPUInfo]) -> None:
+def _nvml_names() -> list[str] | None:
+    try:
+        import pynvml  # optional, deferred: most machines have no NVIDIA driver
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001
+        return None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            out.append(name.decode() if isinstance(name, bytes) else name)
+        return out
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _smi_names(timeout: float) -> list[str]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+def add_nvml(gpus: list[GPUInfo]) -> None:
     """Clocks and memory bus width from NVML, when pynvml is installed and the driver answers."""
     if not gpus:
         return
     try:
-        import pynvml
+        import pynvml  # optional, deferred: most machines have no NVIDIA driver
     except ImportError:
         return
     try:
@@ -114,7 +153,7 @@ def gpu_peaks(g: GPUInfo) -> dict[str, Peak]:
         if lanes and g.sm_count and g.sm_clock_max_hz:
             out["fp32"] = Peak(g.sm_count * lanes * 2 * g.sm_clock_max_hz, "FLOP/s",
                                f"computed from {g.sm_count} SMs x {lanes} FP32 lanes x 2 x "
-                               f"{g.sm_clock_max_hz / 1e9:.3f} GHz max SM clock")
+                               f"{fmt.hz(g.sm_clock_max_hz)} max SM clock")
         else:
             out["fp32"] = Peak(None, "FLOP/s", "unknown: SM count, lanes per SM or clock not known")
     if "bandwidth" not in out or out["bandwidth"].value is None:
@@ -127,4 +166,4 @@ def gpu_peaks(g: GPUInfo) -> dict[str, Peak]:
     return out
 
 
-__all__ = ["GPUInfo", "detect_gpus", "gpu_peaks"]
+__all__ = ["GPUInfo", "add_nvml", "driver_gpu_names", "gpu_peaks"]

@@ -16,6 +16,9 @@ import re
 import tempfile
 
 from tformer.core.errors import TformerError
+from tformer.machine.bench_records import BenchResult
+from tformer.machine.gpu_specs import driver_gpu_names
+from tformer.machine.specs import cpu_info
 
 PROFILE_VERSION = 1
 
@@ -26,16 +29,20 @@ def cache_dir() -> str:
 
 
 def machine_key(specs=None) -> str:
-    """'amd-epyc-2c-3f9a1c2b': readable prefix plus a hash of everything that identifies the hardware."""
-    if specs is None:
-        from tformer.machine.specs import detect
+    """'amd-epyc-2c-3f9a1c2b': readable prefix plus a hash of everything that identifies the hardware.
 
-        specs = detect()
-    cores = specs.cpu.physical_cores or specs.cpu.logical_cpus or 0
-    gpus = sorted(g.name for g in specs.gpus)
-    ident = "|".join([specs.cpu.model, specs.cpu.vendor, str(cores), str(specs.cpu.logical_cpus), *gpus])
+    ``specs``: a MachineSpecs (GPUs as PyTorch names them); by default the CPU is detected here and the
+    GPUs are named by the driver, without torch (gpu_specs.driver_gpu_names: the same names).
+    """
+    if specs is None:
+        cpu, gpu_names = cpu_info(), driver_gpu_names()
+    else:
+        cpu, gpu_names = specs.cpu, [g.name for g in specs.gpus]
+    cores = cpu.physical_cores or cpu.logical_cpus or 0
+    gpus = sorted(gpu_names)
+    ident = "|".join([cpu.model, cpu.vendor, str(cores), str(cpu.logical_cpus), *gpus])
     digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
-    slug = re.sub(r"[^a-z0-9]+", "-", specs.cpu.model.lower()).strip("-")[:40] or "cpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", cpu.model.lower()).strip("-")[:40] or "cpu"
     parts = [slug, f"{cores}c"] + ([re.sub(r"[^a-z0-9]+", "-", gpus[0].lower()).strip("-")[:30]] if gpus else [])
     return "-".join(parts + [digest])
 
@@ -69,8 +76,6 @@ def save_profile(result, key: str | None = None) -> str:
 
 def load_profile(key: str | None = None):
     """The saved BenchResult for this machine (or ``key``), or None when there is none."""
-    from tformer.machine.bench_records import BenchResult
-
     path = profile_path(key)
     if not os.path.isfile(path):
         return None

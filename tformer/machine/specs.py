@@ -3,8 +3,10 @@
 Every probe is guarded: a file that does not exist (containers, macOS), a tool that is missing
 (lscpu, dmidecode, nvidia-smi), a library that is not installed (pynvml) or a GPU that is absent
 leaves the field None / "unknown" and never raises. Every theoretical number carries its source:
-"computed from ...", "spec table: ..." or "unknown". GPU detection and peaks are in
-tformer.machine.gpu_specs.
+"computed from ...", "spec table: ..." or "unknown". GPU records and peaks are in
+tformer.machine.gpu_specs. Nothing here imports torch: the GPUs PyTorch sees and the PyTorch build
+are probed in tformer.measure.probe and passed to ``detect`` (``tformer.measure.probe.detect_machine``
+does both).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
-from tformer.machine.device import GiB, Device, cpu_peak_flops, lookup, memory_bandwidth
-
-if TYPE_CHECKING:  # gpu_specs imports this module (for Peak); at run time detect() imports it
-    from tformer.machine.gpu_specs import GPUInfo
+from tformer.core import fmt
+from tformer.machine.device import GiB, Device
+from tformer.machine.gpu_specs import GPUInfo, gpu_peaks
+from tformer.machine.peaks import Peak, cpu_peak_flops, memory_bandwidth
+from tformer.machine.spec_table import lookup, match_gpu_name
 
 # Flags worth showing: SIMD width, FMA, and the low-precision dot-product / matrix instructions that
 # decide whether bf16, fp16 and int8 are native or emulated.
@@ -91,15 +93,6 @@ class MemoryInfo:
 
 
 @dataclass
-class Peak:
-    """One theoretical figure: value None means unknown or not native; ``source`` says which and why."""
-
-    value: float | None
-    unit: str
-    source: str
-
-
-@dataclass
 class MachineSpecs:
     cpu: CPUInfo
     memory: MemoryInfo
@@ -118,10 +111,10 @@ class MachineSpecs:
 
     def cpu_device(self) -> Device:
         """The CPU's theoretical roofs as a Device (only numeric peaks; emulated dtypes stay absent)."""
-        return Device(name=self.cpu.model, kind="cpu",
-                      peak_flops={d: p.value for d, p in self.cpu_peaks.items() if p.value is not None},
-                      bandwidth=self.cpu_bandwidth.value, memory_bytes=self.memory.total_bytes,
-                      source="; ".join(sorted({p.source for p in self.cpu_peaks.values() if p.value})) or "unknown")
+        return Device.from_roofs(
+            self.cpu.model, "cpu", {d: p.value for d, p in self.cpu_peaks.items()},
+            bandwidth=self.cpu_bandwidth.value, memory_bytes=self.memory.total_bytes,
+            source="; ".join(sorted({p.source for p in self.cpu_peaks.values() if p.value})) or "unknown")
 
     def gpu_device(self, index: int) -> Device:
         """A GPU's theoretical roofs: the spec-table entry when the name matches one, else what was computed."""
@@ -131,11 +124,10 @@ class MachineSpecs:
         peaks = self.gpu_peaks.get(index, {})
         fp32 = peaks.get("fp32")
         bw = peaks.get("bandwidth")
-        return Device(name=gpu.name, kind="gpu",
-                      peak_flops={"fp32": fp32.value} if fp32 and fp32.value else {},
-                      bandwidth=bw.value if bw else None, memory_bytes=gpu.memory_bytes,
-                      source=fp32.source if fp32 else "unknown",
-                      notes="not in the spec table: tensor-core peaks unknown")
+        return Device.from_roofs(gpu.name, "gpu", {"fp32": fp32.value if fp32 else None},
+                                 bandwidth=bw.value if bw else None, memory_bytes=gpu.memory_bytes,
+                                 source=fp32.source if fp32 else "unknown",
+                                 notes="not in the spec table: tensor-core peaks unknown")
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,7 +249,8 @@ def vector_units(cpu: CPUInfo) -> tuple[int | None, int | None, str]:
     return None, None, "unknown: architecture not recognised"
 
 
-def _cpu_info() -> CPUInfo:
+def cpu_info() -> CPUInfo:
+    """The CPU as /proc, /sys, lscpu (and sysctl on macOS) describe it; unknown fields stay None."""
     cpu = CPUInfo(arch=platform.machine().lower())
     cpu.logical_cpus = os.cpu_count()
     try:
@@ -370,56 +363,84 @@ def _clock_for_peak(cpu: CPUInfo, override_hz: float | None) -> tuple[float | No
     return None, "clock unknown"
 
 
-def cpu_peaks(cpu: CPUInfo, clock_override_hz: float | None = None) -> dict[str, Peak]:
-    """Theoretical FLOP/s per dtype for the CPU, or why there is none."""
-    clock, clock_why = _clock_for_peak(cpu, clock_override_hz)
+def _peak_cores(cpu: CPUInfo) -> int | None:
     cores = cpu.physical_cores or cpu.logical_cpus
     if cpu.usable_cpus and cores and cpu.usable_cpus < cores:
         cores = cpu.usable_cpus  # this process cannot use the others
-    out: dict[str, Peak] = {}
-    if not (clock and cores and cpu.simd_bits and cpu.fma_units):
-        for dtype in ("fp64", "fp32", "bf16", "fp16", "int8"):
-            out[dtype] = Peak(None, "OPS" if dtype == "int8" else "FLOP/s",
-                              "unknown: cores, SIMD width, FMA units or clock not detected")
-        return out
-    f = cpu.flags
-    simd, units = cpu.simd_bits, cpu.fma_units
+    return cores
+
+
+# Why a dtype has no peak on a CPU without the instructions for it.
+_NOT_NATIVE = {
+    "bf16": f"{NO_NATIVE} (no avx512_bf16/AMX/ARM bf16: bf16 is converted to fp32, so expect fp32 speed at best)",
+    "fp16": f"{NO_NATIVE} (no avx512_fp16/AMX-FP16: F16C only converts to fp32)",
+    "int8": f"{NO_NATIVE} (no VNNI/AMX/dot-product instructions)",
+}
+
+
+def cpu_units(cpu: CPUInfo, dtype: str) -> tuple[int, int, str] | None:
+    """(lanes, FMA units, which unit) that compute ``dtype`` on one core; None when not native or undetected.
+
+    bf16: AMX tiles (1024 bf16 MACs/cycle/core on Sapphire Rapids), or a bf16 dot-product instruction
+    (avx512_bf16 VDPBF16PS, ARM BFDOT) that does two bf16 products per fp32 lane. AMX "lanes" are the
+    tile unit's MACs per cycle, so lanes x 2 x units stays the FLOPs per cycle per core.
+    """
+    f, simd, units = cpu.flags, cpu.simd_bits, cpu.fma_units
+    if not (simd and units):
+        return None
     isa = {512: "AVX-512", 256: "AVX2", 128: "SSE/NEON"}.get(simd, f"{simd}-bit SIMD")
+    if dtype in ("fp64", "fp32"):
+        return simd // (64 if dtype == "fp64" else 32), units, isa
+    if dtype == "bf16":
+        if f.get("amx_bf16"):
+            return 1024, 1, "AMX-BF16 tile unit"
+        if f.get("avx512_bf16") or f.get("bf16"):
+            return simd // 16, units, "avx512_bf16 VDPBF16PS" if f.get("avx512_bf16") else "ARM BFDOT"
+    if dtype == "fp16":
+        if f.get("amx_fp16"):
+            return 1024, 1, "AMX-FP16"
+        if f.get("avx512_fp16") or f.get("asimdhp"):
+            return simd // 16, units, "avx512_fp16" if f.get("avx512_fp16") else "NEON fp16"
+    if dtype == "int8":
+        if f.get("amx_int8"):
+            return 2048, 1, "AMX-INT8"
+        if f.get("avx512_vnni") or f.get("avx_vnni") or f.get("asimddp"):
+            bits = simd if f.get("avx512_vnni") or not f.get("avx_vnni") else 256
+            return bits // 8, units, "VNNI VPDPBUSD" if not f.get("asimddp") else "ARM SDOT"
+    return None
 
-    def formula(dtype, lanes, units_, what):
-        value = cpu_peak_flops(cores, None, units_, clock, dtype, lanes=lanes)
-        return Peak(value, "OPS" if dtype == "int8" else "FLOP/s",
-                    f"computed from {cores} cores x {lanes} {dtype} lanes ({what}) x 2 x {units_} FMA units "
-                    f"({cpu.vector_source}) x {clock / 1e9:.3f} GHz ({clock_why})")
 
-    out["fp64"] = formula("fp64", simd // 64, units, isa)
-    out["fp32"] = formula("fp32", simd // 32, units, isa)
-    # bf16: AMX tiles (1024 bf16 MACs/cycle/core on Sapphire Rapids), or a bf16 dot-product instruction
-    # (avx512_bf16 VDPBF16PS, ARM BFDOT) that does two bf16 products per fp32 lane.
-    if f.get("amx_bf16"):
-        out["bf16"] = Peak(cpu_peak_flops(cores, None, 1, clock, lanes=1024), "FLOP/s",
-                           f"computed from {cores} cores x 1024 bf16 MACs/cycle (AMX-BF16 tile unit) x 2 x "
-                           f"{clock / 1e9:.3f} GHz ({clock_why})")
-    elif f.get("avx512_bf16") or f.get("bf16"):
-        out["bf16"] = formula("bf16", simd // 16, units, "avx512_bf16 VDPBF16PS" if f.get("avx512_bf16") else "ARM BFDOT")
-    else:
-        out["bf16"] = Peak(None, "FLOP/s", f"{NO_NATIVE} (no avx512_bf16/AMX/ARM bf16: bf16 is converted to "
-                                           "fp32, so expect fp32 speed at best)")
-    if f.get("amx_fp16"):
-        out["fp16"] = Peak(cpu_peak_flops(cores, None, 1, clock, lanes=1024), "FLOP/s",
-                           f"computed from {cores} cores x 1024 fp16 MACs/cycle (AMX-FP16) x 2 x {clock / 1e9:.3f} GHz")
-    elif f.get("avx512_fp16") or f.get("asimdhp"):
-        out["fp16"] = formula("fp16", simd // 16, units, "avx512_fp16" if f.get("avx512_fp16") else "NEON fp16")
-    else:
-        out["fp16"] = Peak(None, "FLOP/s", f"{NO_NATIVE} (no avx512_fp16/AMX-FP16: F16C only converts to fp32)")
-    if f.get("amx_int8"):
-        out["int8"] = Peak(cpu_peak_flops(cores, None, 1, clock, lanes=2048), "OPS",
-                           f"computed from {cores} cores x 2048 int8 MACs/cycle (AMX-INT8) x 2 x {clock / 1e9:.3f} GHz")
-    elif f.get("avx512_vnni") or f.get("avx_vnni") or f.get("asimddp"):
-        bits = simd if f.get("avx512_vnni") or not f.get("avx_vnni") else 256
-        out["int8"] = formula("int8", bits // 8, units, "VNNI VPDPBUSD" if not f.get("asimddp") else "ARM SDOT")
-    else:
-        out["int8"] = Peak(None, "OPS", f"{NO_NATIVE} (no VNNI/AMX/dot-product instructions)")
+def cpu_flops_per_cycle(cpu: CPUInfo, dtype: str) -> float | None:
+    """cores x lanes x 2 x FMA units for ``dtype``: the peak formula without its clock (None when unknown).
+    A measured FLOP/s divided by it is the clock the measurement implies (peaks.implied_clock_hz)."""
+    cores, units = _peak_cores(cpu), cpu_units(cpu, dtype)
+    if not (cores and units):
+        return None
+    lanes, fma, _ = units
+    return float(cores) * lanes * 2 * fma
+
+
+def cpu_peaks(cpu: CPUInfo, clock_override_hz: float | None = None) -> dict[str, Peak]:
+    """Theoretical FLOP/s per dtype for the CPU, or why there is none."""
+    clock, clock_why = _clock_for_peak(cpu, clock_override_hz)
+    cores = _peak_cores(cpu)
+    out: dict[str, Peak] = {}
+    for dtype in ("fp64", "fp32", "bf16", "fp16", "int8"):
+        unit = "OPS" if dtype == "int8" else "FLOP/s"
+        if not (clock and cores and cpu.simd_bits and cpu.fma_units):
+            out[dtype] = Peak(None, unit, "unknown: cores, SIMD width, FMA units or clock not detected")
+            continue
+        found = cpu_units(cpu, dtype)
+        if found is None:
+            out[dtype] = Peak(None, unit, _NOT_NATIVE[dtype])
+            continue
+        lanes, units, what = found
+        value = cpu_peak_flops(cores, None, units, clock, dtype, lanes=lanes)
+        if what.startswith("AMX"):
+            how = f"{lanes} {dtype} MACs/cycle ({what}) x 2"
+        else:
+            how = f"{lanes} {dtype} lanes ({what}) x 2 x {units} FMA units ({cpu.vector_source})"
+        out[dtype] = Peak(value, unit, f"computed from {cores} cores x {how} x {fmt.hz(clock)} ({clock_why})")
     return out
 
 
@@ -434,44 +455,25 @@ def _cpu_bandwidth(mem: MemoryInfo, bus_bits: int) -> Peak:
 
 # --------------------------------------------------------------------------------------------
 
-def _torch_info() -> dict:
-    info: dict = {}
-    try:
-        import torch
+def detect(*, gpus: list[GPUInfo] | None = None, torch_info: dict | None = None, clock_ghz: float | None = None,
+           fma_units: int | None = None, simd_bits: int | None = None, memory_mt_s: float | None = None,
+           memory_channels: int | None = None, memory_bus_bits: int = 64) -> MachineSpecs:
+    """Everything readable about this machine without torch, plus theoretical peaks with their sources.
 
-        info["version"] = torch.__version__
-        info["threads"] = torch.get_num_threads()
-        info["interop_threads"] = torch.get_num_interop_threads()
-        try:
-            info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-        except Exception:  # noqa: BLE001
-            info["cpu_capability"] = None
-        info["mkldnn"] = bool(torch.backends.mkldnn.is_available())
-        info["cuda"] = getattr(torch.version, "cuda", None)
-    except Exception:  # noqa: BLE001
-        pass
-    return info
-
-
-def detect(*, clock_ghz: float | None = None, fma_units: int | None = None, simd_bits: int | None = None,
-           memory_mt_s: float | None = None, memory_channels: int | None = None,
-           memory_bus_bits: int = 64) -> MachineSpecs:
-    """Everything readable about this machine, plus theoretical peaks with their sources.
-
-    The keyword arguments override what cannot be detected (or was guessed): they are the inputs of
-    the course's formulas.
+    ``gpus`` and ``torch_info`` are what PyTorch sees (probed by tformer.measure.probe; none given:
+    no GPUs, an empty torch entry). The other keyword arguments override what cannot be detected (or
+    was guessed): they are the inputs of the course's formulas.
     """
-    cpu = _cpu_info()
+    cpu = cpu_info()
     if simd_bits:
         cpu.simd_bits, cpu.vector_source = int(simd_bits), "SIMD width given by the user"
     if fma_units:
         cpu.fma_units = int(fma_units)
         cpu.vector_source = "FMA units given by the user" + (f", {cpu.vector_source}" if simd_bits else "")
     mem = _memory_info(memory_mt_s, memory_channels)
-    # Imported here: gpu_specs builds on this module's Peak, and only detect() needs the GPUs.
-    from tformer.machine.gpu_specs import detect_gpus, gpu_peaks
-
-    gpus = detect_gpus()
+    gpus = list(gpus or [])
+    for g in gpus:
+        g.table_entry = g.table_entry or match_gpu_name(g.name, g.memory_bytes)
     notes = []
     if cpu.hypervisor:
         notes.append("running under a hypervisor: vCPUs may be SMT siblings sharing one core's FMA units, and "
@@ -483,7 +485,7 @@ def detect(*, clock_ghz: float | None = None, fma_units: int | None = None, simd
         cpu_peaks=cpu_peaks(cpu, clock_ghz * 1e9 if clock_ghz else None),
         cpu_bandwidth=_cpu_bandwidth(mem, memory_bus_bits),
         gpu_peaks={g.index: gpu_peaks(g) for g in gpus},
-        torch=_torch_info(),
+        torch=dict(torch_info or {}),
         os=f"{platform.system()} {platform.release()}",
         notes=notes,
     )
@@ -496,5 +498,5 @@ def last_level_cache_bytes(specs: MachineSpecs | None = None) -> int | None:
     return max(sizes) if sizes else None
 
 
-__all__ = ["Cache", "CPUInfo", "MachineSpecs", "MemoryInfo", "Peak", "GiB", "cpu_peaks", "detect",
-           "last_level_cache_bytes", "vector_units"]
+__all__ = ["NO_NATIVE", "Cache", "CPUInfo", "MachineSpecs", "MemoryInfo", "Peak", "GiB", "cpu_flops_per_cycle",
+           "cpu_info", "cpu_peaks", "cpu_units", "detect", "last_level_cache_bytes", "vector_units"]

@@ -24,9 +24,14 @@ import os
 import statistics
 import time
 
+from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.machine.bench_records import (MATMUL_DTYPES, STREAM_ARRAYS, STREAM_KERNELS, BenchResult, Comparison,
                                            DeviceBench, GemvPoint, MatmulPoint, StreamPoint)
+from tformer.machine.peaks import cpu_peak_flops
+from tformer.machine import profile_store
+from tformer.machine.specs import NO_NATIVE, cpu_flops_per_cycle, last_level_cache_bytes
+from tformer.measure.probe import detect_machine
 
 # Size sweeps. bf16/fp16 on CPUs without native support run ~100x slower than fp32, so their sweep
 # starts small and the per-call time budget below stops it before it eats the run.
@@ -207,8 +212,6 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
 
 def _stream_elements(device: str, specs, quick: bool) -> tuple[int, str]:
     """fp32 elements per array: 4x the last-level cache (STREAM's rule), within a share of memory."""
-    from tformer.machine.specs import last_level_cache_bytes
-
     if device.startswith("cuda"):
         import torch
 
@@ -271,9 +274,6 @@ def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | 
 
     import torch
 
-    from tformer.machine.profile_store import machine_key
-    from tformer.machine.specs import detect
-
     started = time.perf_counter()
     load_before = _load_average()
     say = progress or (lambda _msg: None)
@@ -291,7 +291,7 @@ def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | 
         raise TformerError("--reps must be at least 1")
     device_list = _devices(devices)  # bad names fail here, before the slow detection
     if specs is None:
-        specs = detect()
+        specs = detect_machine()
     n_reps = reps or (5 if quick else 10)
     min_rep_s = 0.02 if quick else 0.05
     # A dtype's sweep stops when one call takes longer than this (slow emulated dtypes).
@@ -317,7 +317,7 @@ def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | 
         "GEMV bytes: the weight matrix W only, read once per y = x @ W.T + b call (x with 1 or 8 rows)",
         "1 GB/s = 1e9 B/s",
     ]
-    return BenchResult(machine_key=machine_key(specs), quick=quick,
+    return BenchResult(machine_key=profile_store.machine_key(specs), quick=quick,
                        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                        torch_version=torch.__version__, wall_s=time.perf_counter() - started, devices=results,
                        conventions=conventions, load_before=load_before, logical_cpus=os.cpu_count())
@@ -396,10 +396,6 @@ def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stre
 # Measured vs theoretical, and why
 # --------------------------------------------------------------------------------------------
 
-def _fmt(x: float) -> str:
-    return f"{x / 1e9:,.1f} G"
-
-
 def compare(db: DeviceBench, specs, load_before: float | None = None) -> list[Comparison]:
     """Measured vs theoretical for every dtype measured, plus bandwidth, with the likely reasons for the gap."""
     out = []
@@ -432,8 +428,10 @@ def compare(db: DeviceBench, specs, load_before: float | None = None) -> list[Co
         reasons = (_gpu_reasons if is_gpu else _cpu_reasons)(db, dtype, best, theo, ratio, peak, specs, fp32_best)
         if shared:
             reasons.insert(0, shared)
+        per_cycle = cpu_flops_per_cycle(specs.cpu, dtype) if specs and not is_gpu and theo else None
         out.append(Comparison(quantity=f"{dtype} matmul", unit=unit, measured=best.flops_per_s, theoretical=theo,
-                              ratio=ratio, theoretical_source=peak.source if peak else "unknown", reasons=reasons))
+                              ratio=ratio, theoretical_source=peak.source if peak else "unknown", reasons=reasons,
+                              flops_per_cycle=per_cycle))
     bw_peak = (peaks.get("bandwidth") if is_gpu else (specs.cpu_bandwidth if specs else None))
     for kernel in ("copy", "triad"):
         point = db.best_stream(kernel)
@@ -485,9 +483,6 @@ def _curve_reasons(db, dtype, best) -> list[str]:
 
 
 def _cpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[str]:
-    from tformer.machine.device import cpu_peak_flops
-    from tformer.machine.specs import NO_NATIVE
-
     reasons = []
     cpu = specs.cpu if specs else None
     if theo is None:
@@ -512,7 +507,7 @@ def _cpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[s
                              * (cpu.fma_units or 1)))
             avx2 = cpu_peak_flops(cores, 256, cpu.fma_units or 1, clock, dtype)
             reasons.append(f"PyTorch's CPU BLAS (MKL) may run 256-bit AVX2 kernels on AMD CPUs: with 256-bit lanes "
-                           f"the same formula gives {_fmt(avx2)}FLOP/s, ratio {best.flops_per_s / avx2:.2f}")
+                           f"the same formula gives {fmt.in_unit(avx2, 'GFLOP/s', grouped=True)}, ratio {best.flops_per_s / avx2:.2f}")
         if dtype in ("bf16", "fp16", "int8") and ratio < 0.3:
             reasons.append(f"the CPU has native {dtype} instructions, but this PyTorch kernel does not reach them "
                            "for these shapes (conversion to fp32, or a BLAS without a kernel for this CPU)")

@@ -225,7 +225,7 @@ def measure_peak_memory(runner, lg, device: str) -> PeakMemory:
 
 def _theoretical_peak(device: str, dtype: str) -> tuple[float | None, str]:
     try:
-        from tformer.machine.specs import detect
+        from tformer.measure.probe import detect_machine as detect
 
         specs = detect()
     except Exception as exc:  # detection is best effort; a crash here must not lose the profile
@@ -244,7 +244,7 @@ def _theoretical_peak(device: str, dtype: str) -> tuple[float | None, str]:
 def resolve_profile_hardware(hardware, torch_device: str, progress=None) -> tuple[object, list[str]]:
     """The Device predictions use: ``hardware`` if given, else this machine's measured profile, running
     (and saving) a quick bench first when none is saved. Returns (device, notes)."""
-    from tformer.machine.device import Device, resolve_hardware
+    from tformer.machine import Device, resolve_hardware
     from tformer.machine.profile_store import load_measured_device, save_profile
 
     notes: list[str] = []

@@ -152,10 +152,10 @@ def machine_profile(torch_device: str, specs, say) -> tuple[object, str]:
 
 
 def build_context(opts: ReportOptions, progress=None) -> Context:
-    from tformer.machine.device import resolve_hardware
+    from tformer.machine import resolve_hardware
     from tformer.cost.ledger import Workload, ledger
     from tformer.measure.optime import call_overhead
-    from tformer.machine.specs import detect
+    from tformer.measure.probe import detect_machine
 
     opts.validate()
     started = time.perf_counter()
@@ -177,7 +177,7 @@ def build_context(opts: ReportOptions, progress=None) -> Context:
     ledgers = {name: ledger(config, w) for name, w in workloads.items()}  # bad sizes fail here, before any run
 
     say("detecting the machine")
-    specs = detect()
+    specs = detect_machine()
     bench, bench_note = machine_profile(torch_device, specs, say)
     measured = bench.to_device(torch_device)
     if measured.call_overhead_s is None and torch_device == "cpu":

@@ -4,6 +4,7 @@ the two differ."""
 from __future__ import annotations
 
 from tformer.core import fmt
+from tformer.machine import vs_theoretical
 from tformer.report import plots
 from tformer.report.doc import Section
 
@@ -85,7 +86,8 @@ def build(ctx) -> Section:
     comp_rows, by_reason = [], {}
     for c in dev.comparisons:
         comp_rows.append([c.quantity, fmt.si(c.measured, c.unit) if c.measured else "unknown",
-                          fmt.si(c.theoretical, c.unit) if c.theoretical else "unknown", fmt.pct(c.ratio)])
+                          fmt.si(c.theoretical, c.unit) if c.theoretical else "unknown",
+                          vs_theoretical(c.measured, c.theoretical, c.flops_per_cycle)])
         for r in c.reasons:  # one line per reason, naming every quantity it explains
             by_reason.setdefault(r, []).append(c.quantity)
     reasons = [f"{r} ({', '.join(q)})" for r, q in by_reason.items()]
