@@ -116,7 +116,7 @@ def load_weights(model, directory: str | Path) -> None:
         raise CorruptCheckpoint(f"cannot load {path}: {_first_line(exc)}; is it complete and does "
                                 f"{CONFIG_FILE} match it?", path, exc) from None
     if missing or unexpected:
-        names = (missing or unexpected)[:3]
+        names = sorted(missing or unexpected)[:3]  # safetensors returns sets
         what = "is missing" if missing else "has unexpected"
         raise TformerError(f"{path} {what} tensors {names}; does {CONFIG_FILE} match it?")
 
