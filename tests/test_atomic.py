@@ -1,8 +1,12 @@
 """Atomic writes: a writer that fails leaves neither a torn file nor its temporary behind."""
 
+import os
+from pathlib import Path
+
 import pytest
 
-from tformer.core.atomic import atomic_file, atomic_path
+from tformer.core import atomic
+from tformer.core.atomic import atomic_file, atomic_files, atomic_new_dir, atomic_path
 
 
 def test_atomic_path_renames_on_success_and_cleans_up_on_failure(tmp_path):
@@ -30,3 +34,150 @@ def test_atomic_file_writes_through_atomic_path(tmp_path):
             f.write("torn")
             raise ValueError
     assert target.read_text() == "hello" and [p.name for p in target.parent.iterdir()] == ["a.txt"]
+
+
+# atomic_files: some files of a folder replaced, the others kept ---------------------------------
+def test_atomic_files_new_folder_appears_whole(tmp_path):
+    target = tmp_path / "model"
+    with atomic_files(target, ("w.bin", "config.json")) as stage:
+        assert not target.exists()
+        (stage / "w.bin").write_bytes(b"w")
+        (stage / "config.json").write_text("{}")
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "w.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_atomic_files_keeps_other_files_and_moves_in_order(tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    target.mkdir()
+    for name, text in (("w.bin", "old"), ("config.json", "old"), ("tokenizer.json", "tok")):
+        (target / name).write_text(text)
+    moved = []
+    real = atomic.os.replace
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (moved.append(Path(b).name), real(a, b)))
+    with atomic_files(target, ("w.bin", "config.json")) as stage:
+        (stage / "config.json").write_text("new")  # written first, still moved last
+        (stage / "w.bin").write_text("new")
+    assert moved == ["w.bin", "config.json"]
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"w.bin": "new", "config.json": "new",
+                                                                 "tokenizer.json": "tok"}
+
+
+@pytest.mark.parametrize("failure", ["crash", "file left out"])
+def test_atomic_files_failure_leaves_the_previous_files(tmp_path, failure):
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "w.bin").write_text("old")
+    (target / "config.json").write_text("old")
+    with pytest.raises((RuntimeError, FileNotFoundError)):
+        with atomic_files(target, ("w.bin", "config.json")) as stage:
+            (stage / "w.bin").write_text("half")
+            if failure == "crash":
+                raise RuntimeError("crash mid-write")
+    assert {p.name: p.read_text() for p in target.iterdir()} == {"w.bin": "old", "config.json": "old"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+# atomic_new_dir: caches built once -------------------------------------------------------------
+def test_atomic_new_dir_appears_complete_or_not_at_all(tmp_path):
+    final = tmp_path / "cache" / "corpus"
+    with pytest.raises(RuntimeError):
+        with atomic_new_dir(final, "done") as tmp:
+            (tmp / "train.txt").write_text("half")
+            raise RuntimeError("crash")
+    assert not final.exists() and list((tmp_path / "cache").iterdir()) == []
+    with atomic_new_dir(final, "done") as tmp:
+        (tmp / "train.txt").write_text("all")
+        (tmp / "done").write_text("")
+    assert (final / "train.txt").read_text() == "all" and list((tmp_path / "cache").iterdir()) == [final]
+
+
+def test_atomic_new_dir_keeps_a_copy_another_process_finished(tmp_path):
+    final = tmp_path / "corpus"
+    with atomic_new_dir(final, "done") as tmp:
+        (tmp / "train.txt").write_text("ours")
+        final.mkdir()  # the other process renames its complete copy in while we build
+        (final / "train.txt").write_text("theirs")
+        (final / "done").write_text("")
+    assert (final / "train.txt").read_text() == "theirs" and sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+    (final / "done").unlink()  # a folder without the marker is not a finished build: say so
+    with pytest.raises(OSError):
+        with atomic_new_dir(final, "done") as tmp:
+            (tmp / "done").write_text("")
+
+
+# The writers that use these helpers ------------------------------------------------------------
+def _fail_rename(monkeypatch):
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic.os, "replace", crash)
+    monkeypatch.setattr(atomic.os, "rename", crash)
+
+
+def test_failed_profile_save_keeps_the_previous_profile(tmp_path, monkeypatch):
+    from tformer.machine import profile_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = profile_store.save_profile({"peak": 1}, key="box")
+    before = open(path).read()
+    _fail_rename(monkeypatch)
+    with pytest.raises(OSError, match="disk full"):
+        profile_store.save_profile({"peak": 2}, key="box")
+    assert open(path).read() == before and os.listdir(os.path.dirname(path)) == ["box.json"]
+
+
+def test_failed_hf_save_keeps_the_previous_folder(tmp_path, monkeypatch):
+    import tformer
+
+    model = tformer.build_model(tformer.preset("gpt2", n_layers=1, d_model=16, n_heads=2, d_ff=32, vocab_size=20,
+                                               max_positions=8))
+    out = tmp_path / "hf"
+    tformer.save_hf(model, out)
+    (out / "tokenizer.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    _fail_rename(monkeypatch)
+    with pytest.raises(OSError, match="disk full"):
+        tformer.save_hf(tformer.build_model(model.config.replace(n_layers=2)), out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_failed_token_cache_build_leaves_nothing_behind(tmp_path, monkeypatch):
+    from tformer.data import prepare, stream
+
+    monkeypatch.setenv("TFORMER_CACHE", str(tmp_path / "cache"))
+    text = tmp_path / "corpus.txt"
+    text.write_text("to be or not to be\n" * 50)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed mid-build")
+
+    real = stream.write_stream
+    monkeypatch.setattr(stream, "write_stream", crash)
+    with pytest.raises(RuntimeError):
+        prepare.prepare(str(text), "char")
+    tokens = tmp_path / "cache" / "tokens"
+    assert [p for p in tokens.rglob("*") if p.is_file()] == []
+    monkeypatch.setattr(stream, "write_stream", real)
+    data = prepare.prepare(str(text), "char")
+    assert (data.directory / "complete").is_file()
+
+
+def test_failed_extraction_keeps_the_previous_file(tmp_path):
+    import io
+
+    from tformer.data import packages
+
+    target = tmp_path / "vocab.txt"
+    target.write_text("old")
+
+    def broken_member():
+        class Broken(io.BytesIO):
+            def read(self, *args):
+                raise OSError("truncated archive")
+        return Broken()
+
+    with pytest.raises(OSError, match="truncated"):
+        packages._write(target, 99, broken_member)
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["vocab.txt"]

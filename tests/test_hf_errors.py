@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 import tformer
 from tformer import TformerError
 from tformer.core.config import ModelConfig
+from tformer.interop import load_config
 from tformer.interop.hf_config import config_from_hf
 
 
@@ -116,7 +117,7 @@ def test_unknown_model_type(gpt2_dir):
         tformer.load_hf(gpt2_dir)
     _one_line(exc)
     with pytest.raises(TformerError, match="not supported"):
-        ModelConfig.from_file(gpt2_dir / "config.json")
+        load_config(gpt2_dir / "config.json")
 
 
 def test_directory_without_config(gpt2_dir):
@@ -175,8 +176,8 @@ def test_missing_config_key():
         config_from_hf(broken)
 
 
-def test_hf_configs_read_through_model_config(tmp_path):
+def test_hf_configs_read_through_load_config(tmp_path):
     for family, data in BASE.items():
         (tmp_path / "config.json").write_text(json.dumps(data))
-        config = ModelConfig.from_file(tmp_path)
+        config = load_config(tmp_path)
         assert config.arch == {"gpt2": "decoder", "llama": "decoder", "bert": "encoder"}.get(family, "encoder-decoder")

@@ -2,31 +2,28 @@
 
 __version__ = "0.1.0"
 
-from tformer.core.config import ModelConfig, preset, preset_names  # noqa: E402
-from tformer.core.errors import TformerError  # noqa: E402
+import importlib
+
+from tformer.core.config import ModelConfig, preset, preset_names
+from tformer.core.errors import TformerError
+from tformer.interop.config import load_config
+
+# `import tformer` stays torch-free: these names load their modules (and torch) on first use.
+_LAZY = {"load_hf": "tformer.interop.hf", "save_hf": "tformer.interop.hf"}
 
 
 def build_model(config, device=None, dtype=None):
     """The nn.Module for ``config`` (a ModelConfig or a preset name)."""
-    from tformer.model import build
+    from tformer.model import build  # deferred: torch is imported only when a model is built
 
-    if isinstance(config, str):
-        config = preset(config)
-    return build(config, device=device, dtype=dtype)
+    return build(preset(config) if isinstance(config, str) else config, device=device, dtype=dtype)
 
 
-def load_hf(path, **kwargs):
-    """Build our model from a local Hugging Face-format directory."""
-    from tformer.interop.hf import load_hf as _load
-
-    return _load(path, **kwargs)
-
-
-def save_hf(model, path, **kwargs):
-    """Write ``model`` as a Hugging Face-format directory that ``transformers`` loads."""
-    from tformer.interop.hf import save_hf as _save
-
-    return _save(model, path, **kwargs)
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tformer' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
-__all__ = ["ModelConfig", "preset", "preset_names", "build_model", "load_hf", "save_hf", "TformerError", "__version__"]
+__all__ = ["ModelConfig", "preset", "preset_names", "load_config", "build_model", "load_hf", "save_hf",
+           "TformerError", "__version__"]

@@ -38,15 +38,13 @@ def add_workload_arguments(parser) -> None:
 
 
 def load_config(args):
-    from tformer.core.config import ModelConfig, preset
+    from pathlib import Path
 
-    if args.config:
-        config = ModelConfig.from_file(args.config)
-    elif args.hf:
-        config = ModelConfig.from_file(args.hf)
-    else:
-        config = preset(args.preset or "char-small")
-    return config.with_overrides(args.set) if args.set else config
+    from tformer.interop import load_config as load
+
+    # A Path, so that --config/--hf never falls back to a preset of the same name.
+    path = args.config or args.hf
+    return load(Path(path) if path else args.preset or "char-small", overrides=args.set)
 
 
 def load_workload(args, config):

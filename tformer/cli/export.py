@@ -23,15 +23,15 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from tformer.cli.generate import load_checkpoint_dir
     from tformer.core.errors import TformerError
+    from tformer.interop.checkpoint import load_checkpoint
     from tformer.interop.hf import save_hf
     from tformer.interop.hf_config import hf_family
 
     src, out = Path(args.ckpt), Path(args.out)
     if out.resolve() == src.resolve():
         raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder for the export")
-    model, tokenizer = load_checkpoint_dir(src)
+    model, tokenizer = load_checkpoint(src)
     model_type, _ = hf_family(model.config)  # a config no Hugging Face family can hold fails here, in one line
     save_hf(model, out)
     with_tokenizer = ""

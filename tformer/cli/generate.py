@@ -60,6 +60,7 @@ def load_source(args):
     from pathlib import Path
 
     from tformer.core.errors import TformerError
+    from tformer.interop.checkpoint import load_checkpoint
 
     if args.hf:
         import tformer
@@ -68,61 +69,8 @@ def load_source(args):
         return model, _hf_tokenizer(Path(args.hf)), str(args.hf)
     if not args.ckpt:
         raise TformerError("pass --ckpt DIR or --hf DIR")
-    model, tokenizer = load_checkpoint_dir(Path(args.ckpt))
+    model, tokenizer = load_checkpoint(Path(args.ckpt))
     return model, tokenizer, str(args.ckpt)
-
-
-def load_checkpoint_dir(path):
-    """A training output directory: config.json + model.safetensors (older runs kept them in final/, still read)."""
-    import json
-
-    from safetensors import SafetensorError
-    from safetensors.torch import load_model
-
-    from tformer.core.config import ModelConfig
-    from tformer.core.errors import TformerError
-    from tformer.model import build
-
-    if not path.is_dir():
-        raise TformerError(f"checkpoint directory {path} does not exist")
-    weights_dir = path
-    if not (path / "model.safetensors").is_file() and (path / "final" / "model.safetensors").is_file():
-        weights_dir = path / "final"
-    if not (weights_dir / "config.json").is_file() or not (weights_dir / "model.safetensors").is_file():
-        raise TformerError(f"{path} has no config.json + model.safetensors; pass a training output folder "
-                           "(or --hf for a Hugging Face folder)")
-    try:
-        data = json.loads((weights_dir / "config.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TformerError(f"{weights_dir / 'config.json'} is not valid JSON ({exc}); re-export the checkpoint") from None
-    if not isinstance(data, dict):
-        raise TformerError(f"{weights_dir / 'config.json'} must hold a JSON object")
-    if "model_type" in data:
-        raise TformerError(f"{weights_dir} holds a Hugging Face config; load it with --hf instead of --ckpt")
-    config = ModelConfig.from_dict(data)
-    model = build(config, init=False)
-    try:
-        missing, unexpected = load_model(model, str(weights_dir / "model.safetensors"), strict=False)
-    except (SafetensorError, RuntimeError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TformerError(f"cannot load {weights_dir / 'model.safetensors'}: {first}; is it complete and "
-                           "does config.json match it?") from None
-    if missing or unexpected:
-        names = (missing or unexpected)[:3]
-        what = "is missing" if missing else "has unexpected"
-        raise TformerError(f"{weights_dir / 'model.safetensors'} {what} tensors {names}; does config.json match it?")
-    return model.eval(), _tformer_tokenizer(weights_dir, path)
-
-
-def _tformer_tokenizer(*dirs):
-    """The tokenizer `tformer train` saved: in the weights folder, or the run's tokenizer/ folder."""
-    from tformer.data import tokenizers
-
-    for d in dirs:
-        for candidate in (d, d / "tokenizer", d.parent / "tokenizer"):
-            if (candidate / tokenizers.DESCRIPTOR).is_file():
-                return tokenizers.load(candidate)
-    return None
 
 
 class _HFTokenizerAdapter:
@@ -153,7 +101,7 @@ def _hf_tokenizer(directory):
 
 
 # Settings -----------------------------------------------------------------------------------
-def _ids(text: str, what: str) -> list[int]:
+def parse_ids(text: str, what: str) -> list[int]:
     from tformer.core.errors import TformerError
 
     parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -174,7 +122,7 @@ def generation_config(args):
     sampling_flags = args.temperature != 1.0 or args.top_k or args.top_p != 1.0 or args.min_p
     if beams and sampling_flags:
         raise TformerError("beam search does not sample; drop --temperature/--top-k/--top-p/--min-p or use --num-beams 1")
-    stop = None if args.stop_ids is None else _ids(args.stop_ids, "--stop-ids")
+    stop = None if args.stop_ids is None else parse_ids(args.stop_ids, "--stop-ids")
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens, do_sample=not (args.greedy or beams), temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
@@ -190,7 +138,7 @@ def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[s
 
     texts = None
     if getattr(args, "prompt_ids", None):
-        rows = [_ids(t, "--prompt-ids") for t in args.prompt_ids]
+        rows = [parse_ids(t, "--prompt-ids") for t in args.prompt_ids]
     else:
         texts = args.prompt if args.prompt is not None else [sys.stdin.read()]
         if tokenizer is None:

@@ -23,7 +23,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import sys
 
-    from tformer.cli.generate import _ids, generation_config, load_source, report, warm_up
+    from tformer.cli.generate import generation_config, load_source, parse_ids, report, warm_up
     from tformer.core.errors import TformerError
     from tformer.generate import generate
 
@@ -39,7 +39,7 @@ def run(args) -> int:
                            + (" (use `tformer generate` for it)" if model.config.arch == "decoder" else ""))
     src_tok, tgt_tok = _pair_tokenizers(args, tokenizer)
     if args.source_ids:
-        rows = [_ids(t, "--source-ids") for t in args.source_ids]
+        rows = [parse_ids(t, "--source-ids") for t in args.source_ids]
     else:
         texts = args.sentences or [line for line in sys.stdin.read().splitlines() if line.strip()]
         if not texts:
@@ -91,12 +91,12 @@ def _pair_tokenizers(args, shared):
     otherwise the one shared tokenizer serves both."""
     from pathlib import Path
 
-    from tformer.cli.generate import _tformer_tokenizer
+    from tformer.interop.checkpoint import find_tokenizer
 
     if args.ckpt:
         root = Path(args.ckpt)
-        src = _tformer_tokenizer(root / "source-tokenizer", root / "final" / "source-tokenizer")
-        tgt = _tformer_tokenizer(root / "target-tokenizer", root / "final" / "target-tokenizer")
+        src = find_tokenizer(root / "source-tokenizer", root / "final" / "source-tokenizer")
+        tgt = find_tokenizer(root / "target-tokenizer", root / "final" / "target-tokenizer")
         if src is not None and tgt is not None:
             return src, tgt
     return shared, shared

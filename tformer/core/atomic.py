@@ -76,3 +76,51 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_files(directory: str | Path, names: tuple[str, ...]):
+    """Yield a staging folder for the files ``names``; on success each replaces its namesake in ``directory``.
+
+    For a folder that holds other files too (a tokenizer beside the weights): those are kept. The
+    files move in the order of ``names`` (each rename atomic), so put the file that refers to the
+    others last (config.json after model.safetensors). A ``directory`` that does not exist yet
+    appears whole, in one rename.
+    """
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        yield stage
+        missing = [n for n in names if not (stage / n).is_file()]
+        if missing:
+            raise FileNotFoundError(f"atomic_files: the writer left out {', '.join(missing)}")
+        if not directory.exists():
+            os.chmod(stage, 0o755)  # mkdtemp makes 0700; a saved model is meant to be shared
+            os.rename(stage, directory)
+            return
+        for name in names:
+            os.replace(stage / name, directory / name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_new_dir(final: str | Path, marker: str):
+    """Yield a temporary directory that becomes ``final`` in one rename, for caches built once.
+
+    Unlike atomic_dir, an existing ``final`` is never replaced: when another process finished the
+    same build first (its ``marker`` file is there), its copy is as good as ours and ours is dropped.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / marker).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

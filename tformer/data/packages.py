@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from tformer.core.atomic import atomic_file
 from tformer.core.errors import TformerError
 
 # pip's messages when the index cannot be reached at all (as opposed to a wrong name or version).
@@ -139,13 +140,6 @@ def extract_members(archive: str | Path, pattern: str, dest: str | Path) -> list
 def _write(target: Path, size: int, open_member) -> Path:
     if target.is_file() and target.stat().st_size == size:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, open_member() as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(target, "wb") as out, open_member() as src:
+        shutil.copyfileobj(src, out, 1 << 20)
     return target

@@ -14,12 +14,10 @@ Which text each tokenizer learns from:
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
+from tformer.core.atomic import atomic_new_dir
 from tformer.core.errors import TformerError
 
 TOKENIZER_KINDS = ("char", "bpe", "gpt2")
@@ -87,9 +85,7 @@ def prepare(name_or_path: str, tokenizer: str = "char", vocab_size: int | None =
     if (final / "complete").is_file():
         return TokenData(final)
     tok = build_tokenizer(corpus, tokenizer, vocab_size)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
-    try:
+    with atomic_new_dir(final, "complete") as tmp:
         tok.save(tmp)
         for split in corpus.splits:
             ids = tok.encode_batch(chunks(corpus.text(split)))
@@ -97,11 +93,4 @@ def prepare(name_or_path: str, tokenizer: str = "char", vocab_size: int | None =
                          {"corpus": corpus.name, "corpus_key": corpus.key, "split": split,
                           "split_note": corpus.split_note, "tokenizer": tok.kind})
         (tmp / "complete").write_text("")
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "complete").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return TokenData(final)

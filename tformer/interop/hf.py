@@ -10,16 +10,16 @@ load with its name, because a half-loaded model would quietly produce wrong numb
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
+from tformer.core.atomic import atomic_files
 from tformer.core.errors import TformerError
+from tformer.interop.checkpoint import unwrap
 from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
 
 # Buffers some checkpoints carry that our model rebuilds on its own (masks, RoPE frequencies,
@@ -431,22 +431,13 @@ def load_hf(path, device=None, dtype=None):
     return model.eval()
 
 
-def _unwrap(model):
-    # DDP wraps as .module, torch.compile as ._orig_mod; the weights live in the inner model.
-    while hasattr(model, "module") or hasattr(model, "_orig_mod"):
-        model = getattr(model, "_orig_mod", None) or model.module
-    return model
-
-
 def save_hf(model, path) -> Path:
     """Write ``model`` as config.json + model.safetensors that ``transformers`` loads.
 
     The files are written into a temporary folder and moved into place, so an interrupted save
     never leaves a half-written checkpoint.
     """
-    from safetensors.torch import save_file
-
-    model = _unwrap(model)
+    model = unwrap(model)
     config = model.config
     hf_config = config_to_hf(config)
     model_type, _ = hf_family(config)
@@ -465,20 +456,11 @@ def save_hf(model, path) -> Path:
         tensors[f"{prefix}embeddings.token_type_embeddings.weight"] = torch.zeros(1, config.d_model, dtype=dtype)
 
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-        if not target.exists():
-            os.rename(tmp, target)
-        else:
-            if not target.is_dir():
-                raise TformerError(f"{target} exists and is not a folder; choose another path")
-            # Keep whatever else the folder holds (a tokenizer, say); weights first, then the config
-            # that refers to them.
-            for name in ("model.safetensors", "config.json"):
-                os.replace(tmp / name, target / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if target.exists() and not target.is_dir():
+        raise TformerError(f"{target} exists and is not a folder; choose another path")
+    # Whatever else the folder holds (a tokenizer, say) stays; the weights land before the config
+    # that refers to them.
+    with atomic_files(target, ("model.safetensors", "config.json")) as stage:
+        save_file(tensors, str(stage / "model.safetensors"), metadata={"format": "pt"})
+        (stage / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     return target

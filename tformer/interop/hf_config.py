@@ -71,16 +71,20 @@ def _dropouts(model_type: str, **values: float) -> dict[str, float]:
 
 
 # Reading ----------------------------------------------------------------------------------
+def is_hf_config(d: dict) -> bool:
+    """Whether a parsed config.json is Hugging Face's (every HF config names its model_type) rather than tformer's."""
+    return "model_type" in d
+
+
 def config_from_hf(d: dict) -> ModelConfig:
     """A ModelConfig equivalent to a Hugging Face config.json (as a dict)."""
     model_type = d.get("model_type")
-    readers = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "bart": _bart, "t5": _t5}
-    if model_type not in readers:
+    if model_type not in _READERS:
         raise TformerError(
             f"Hugging Face model_type '{model_type}' is not supported; supported: {', '.join(SUPPORTED)}"
         )
     try:
-        fields = readers[model_type](d)
+        fields = _READERS[model_type](d)
     except KeyError as exc:
         raise TformerError(f"{model_type} config.json lacks the required key {exc}; is the file complete?") from None
     fields["name"] = d.get("_name_or_path") or f"hf-{model_type}"
@@ -220,21 +224,28 @@ def _t5(d: dict) -> dict:
     )
 
 
+_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "bart": _bart, "t5": _t5}
+
+
 # Writing ----------------------------------------------------------------------------------
+# Which Hugging Face family saves a config, per architecture: the first entry whose required
+# field values the config has. Adding an architecture or a family is one entry here plus its
+# writer below (and its reader above).
+HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
+    "decoder": (({"position": "learned", "norm": "layernorm"}, "gpt2", "GPT2LMHeadModel"),
+                ({"position": "rope", "norm": "rmsnorm"}, "llama", "LlamaForCausalLM")),
+    "encoder": (({"lm_head": True}, "bert", "BertForMaskedLM"),
+                ({"lm_head": False}, "bert", "BertModel")),
+    "encoder-decoder": (({"position": "learned"}, "bart", "BartForConditionalGeneration"),
+                        ({"position": "relative"}, "t5", "T5ForConditionalGeneration")),
+}
+
+
 def hf_family(config: ModelConfig) -> tuple[str, str]:
     """(model_type, architecture class) that ``config`` would be saved as."""
-    if config.arch == "decoder":
-        if config.position == "learned" and config.norm == "layernorm":
-            return "gpt2", "GPT2LMHeadModel"
-        if config.position == "rope" and config.norm == "rmsnorm":
-            return "llama", "LlamaForCausalLM"
-    elif config.arch == "encoder":
-        return "bert", "BertForMaskedLM" if config.lm_head else "BertModel"
-    elif config.arch == "encoder-decoder":
-        if config.position == "learned":
-            return "bart", "BartForConditionalGeneration"
-        if config.position == "relative":
-            return "t5", "T5ForConditionalGeneration"
+    for requires, model_type, architecture in HF_FAMILIES.get(config.arch, ()):
+        if all(getattr(config, k) == v for k, v in requires.items()):
+            return model_type, architecture
     raise TformerError(
         f"no Hugging Face family matches this {config.arch} with position='{config.position}' and "
         f"norm='{config.norm}'; save_hf writes GPT-2 (learned+layernorm decoder), LLaMA (rope+rmsnorm decoder), "
@@ -242,68 +253,87 @@ def hf_family(config: ModelConfig) -> tuple[str, str]:
     )
 
 
+def _gpt2_out(c: ModelConfig) -> dict:
+    return dict(n_layer=c.n_layers, n_embd=c.d_model, n_head=c.n_heads, n_inner=c.d_ff, vocab_size=c.vocab_size,
+                n_positions=c.max_positions, layer_norm_epsilon=c.norm_eps,
+                activation_function=_ACTIVATION_OUT[c.activation], resid_pdrop=c.dropout, embd_pdrop=c.dropout,
+                attn_pdrop=c.attention_dropout, tie_word_embeddings=c.tied_embeddings)
+
+
+def _llama_out(c: ModelConfig) -> dict:
+    return dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, intermediate_size=c.d_ff,
+                vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
+                rope_theta=c.rope_theta, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
+                rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation], attention_bias=c.bias,
+                mlp_bias=c.bias, attention_dropout=c.attention_dropout, tie_word_embeddings=c.tied_embeddings)
+
+
+def _bert_out(c: ModelConfig) -> dict:
+    return dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                intermediate_size=c.d_ff, vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
+                # BERT always adds a segment embedding; a single zero row adds nothing
+                type_vocab_size=c.type_vocab_size or 1, layer_norm_eps=c.norm_eps,
+                hidden_act=_ACTIVATION_OUT[c.activation], hidden_dropout_prob=c.dropout,
+                attention_probs_dropout_prob=c.attention_dropout, position_embedding_type="absolute",
+                tie_word_embeddings=c.tied_embeddings)
+
+
+def _bart_out(c: ModelConfig) -> dict:
+    return dict(encoder_layers=c.n_layers, decoder_layers=c.n_decoder_layers, d_model=c.d_model,
+                encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff,
+                decoder_ffn_dim=c.d_ff, vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
+                activation_function=_ACTIVATION_OUT[c.activation], scale_embedding=c.scale_embeddings,
+                dropout=c.dropout, attention_dropout=c.attention_dropout, activation_dropout=c.activation_dropout,
+                tie_word_embeddings=c.tied_embeddings, decoder_start_token_id=c.decoder_start_token_id,
+                is_encoder_decoder=True)
+
+
+def _t5_out(c: ModelConfig) -> dict:
+    act = _ACTIVATION_OUT[c.activation]
+    if c.gated_mlp and act == "gelu_new":
+        proj = "gated-gelu"  # HF reads gated-gelu as the tanh form
+    elif c.gated_mlp and act == "gelu":
+        raise TformerError("T5 cannot express a gated MLP with exact GELU (its 'gated-gelu' is the tanh form); "
+                           "use activation=gelu_tanh")
+    else:
+        proj = f"gated-{act}" if c.gated_mlp else act
+    rate = max(c.dropout, c.attention_dropout, c.activation_dropout)
+    return dict(num_layers=c.n_layers, num_decoder_layers=c.n_decoder_layers, d_model=c.d_model, num_heads=c.n_heads,
+                d_kv=c.head_dim, d_ff=c.d_ff, vocab_size=c.vocab_size, n_positions=c.max_positions,
+                relative_attention_num_buckets=c.relative_attention_num_buckets,
+                relative_attention_max_distance=c.relative_attention_max_distance,
+                layer_norm_epsilon=c.norm_eps, feed_forward_proj=proj, dropout_rate=rate,
+                # HF reads tie_word_embeddings as "scale the decoder output"; whether the head is
+                # tied shows in the weights (a separate lm_head.weight or not).
+                tie_word_embeddings=c.rescale_tied_head, scale_decoder_outputs=c.rescale_tied_head,
+                decoder_start_token_id=c.decoder_start_token_id, is_encoder_decoder=True)
+
+
+_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "bert": _bert_out, "bart": _bart_out, "t5": _t5_out}
+
+# What the config file cannot hold but the tensors do, copied back before the read-back comparison:
+# BERT's head, pooler and segment table, T5's tied head, BART's logits bias (a zero one is written
+# when ours has none: same outputs).
+_FROM_WEIGHTS = {
+    "bert": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler,
+                                         type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0),
+    "t5": lambda back, c: back.replace(tied_embeddings=c.tied_embeddings),
+    "bart": lambda back, c: back.replace(final_logits_bias=c.final_logits_bias),
+}
+
+
 def config_to_hf(config: ModelConfig) -> dict:
     """The config.json for ``config``; raises when the chosen HF family would compute something else."""
     model_type, architecture = hf_family(config)
     c = config
     ids = dict(pad_token_id=c.pad_token_id, bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id)
-    if model_type == "gpt2":
-        d = dict(n_layer=c.n_layers, n_embd=c.d_model, n_head=c.n_heads, n_inner=c.d_ff, vocab_size=c.vocab_size,
-                 n_positions=c.max_positions, layer_norm_epsilon=c.norm_eps,
-                 activation_function=_ACTIVATION_OUT[c.activation], resid_pdrop=c.dropout, embd_pdrop=c.dropout,
-                 attn_pdrop=c.attention_dropout, tie_word_embeddings=c.tied_embeddings, **ids)
-    elif model_type == "llama":
-        d = dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
-                 num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, intermediate_size=c.d_ff,
-                 vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
-                 rope_theta=c.rope_theta, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
-                 rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation], attention_bias=c.bias,
-                 mlp_bias=c.bias, attention_dropout=c.attention_dropout, tie_word_embeddings=c.tied_embeddings, **ids)
-    elif model_type == "bert":
-        d = dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
-                 intermediate_size=c.d_ff, vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
-                 type_vocab_size=c.type_vocab_size, layer_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation],
-                 hidden_dropout_prob=c.dropout, attention_probs_dropout_prob=c.attention_dropout,
-                 position_embedding_type="absolute", tie_word_embeddings=c.tied_embeddings, **ids)
-        if not c.type_vocab_size:  # BERT always adds a segment embedding; a single zero row adds nothing
-            d["type_vocab_size"] = 1
-    elif model_type == "bart":
-        d = dict(encoder_layers=c.n_layers, decoder_layers=c.n_decoder_layers, d_model=c.d_model,
-                 encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff,
-                 decoder_ffn_dim=c.d_ff, vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
-                 activation_function=_ACTIVATION_OUT[c.activation], scale_embedding=c.scale_embeddings,
-                 dropout=c.dropout, attention_dropout=c.attention_dropout, activation_dropout=c.activation_dropout,
-                 tie_word_embeddings=c.tied_embeddings, decoder_start_token_id=c.decoder_start_token_id,
-                 is_encoder_decoder=True, **ids)
-    else:  # t5
-        act = _ACTIVATION_OUT[c.activation]
-        if c.gated_mlp and act == "gelu_new":
-            proj = "gated-gelu"  # HF reads gated-gelu as the tanh form
-        elif c.gated_mlp and act == "gelu":
-            raise TformerError("T5 cannot express a gated MLP with exact GELU (its 'gated-gelu' is the tanh form); "
-                               "use activation=gelu_tanh")
-        else:
-            proj = f"gated-{act}" if c.gated_mlp else act
-        rate = max(c.dropout, c.attention_dropout, c.activation_dropout)
-        d = dict(num_layers=c.n_layers, num_decoder_layers=c.n_decoder_layers, d_model=c.d_model, num_heads=c.n_heads,
-                 d_kv=c.head_dim, d_ff=c.d_ff, vocab_size=c.vocab_size, n_positions=c.max_positions,
-                 relative_attention_num_buckets=c.relative_attention_num_buckets,
-                 relative_attention_max_distance=c.relative_attention_max_distance,
-                 layer_norm_epsilon=c.norm_eps, feed_forward_proj=proj, dropout_rate=rate,
-                 # HF reads tie_word_embeddings as "scale the decoder output"; whether the head is
-                 # tied shows in the weights (a separate lm_head.weight or not).
-                 tie_word_embeddings=c.rescale_tied_head, scale_decoder_outputs=c.rescale_tied_head,
-                 decoder_start_token_id=c.decoder_start_token_id, is_encoder_decoder=True, **ids)
+    d = {**_WRITERS[model_type](c), **ids}
     d = {"architectures": [architecture], "model_type": model_type, **d}
 
     back = config_from_hf(d)
-    if model_type == "bert":  # the head and pooler travel as tensors; the reader refines them from the weights
-        back = back.replace(lm_head=c.lm_head, pooler=c.pooler,
-                            type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0)
-    if model_type == "t5":
-        back = back.replace(tied_embeddings=c.tied_embeddings)
-    if model_type == "bart":  # a zero bias is written when ours has none: same outputs
-        back = back.replace(final_logits_bias=c.final_logits_bias)
+    if model_type in _FROM_WEIGHTS:
+        back = _FROM_WEIGHTS[model_type](back, c)
     differ = [f for f in c.to_dict() if f not in _IGNORED]
     differ = [f for f in differ if getattr(back, f) != getattr(c, f)]
     if differ:

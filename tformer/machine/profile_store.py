@@ -13,8 +13,8 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 
+from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
 from tformer.machine.bench_records import BenchResult
 from tformer.machine.gpu_specs import driver_gpu_names
@@ -56,21 +56,7 @@ def save_profile(result, key: str | None = None) -> str:
     data = result.to_dict() if hasattr(result, "to_dict") else dict(result)
     key = key or data.get("machine_key") or machine_key()
     path = profile_path(key)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    payload = json.dumps({"version": PROFILE_VERSION, "result": data}, indent=1)
-    fd, tmp = tempfile.mkstemp(prefix=".profile-", suffix=".tmp", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write_text(path, json.dumps({"version": PROFILE_VERSION, "result": data}, indent=1))
     return path
 
 

