@@ -19,7 +19,7 @@ Full activation checkpointing keeps each layer's input and recomputes one layer 
 
 from __future__ import annotations
 
-from tformer.cost.ledger import ACTIVATION_BYTES, WEIGHT_BYTES
+from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
 # Optimizer-state tensors per parameter, and element-wise FLOPs per parameter of one update
 # (a convention: sgd w -= lr*g is 2; momentum adds m = mu*m + g; Adam's m, v, bias corrections,
