@@ -15,11 +15,8 @@ from tformer.cost import ops as O
 from tformer.cost.architecture import Architecture, describe
 from tformer.cost.oplist import OpListBuilder, stack_tokens
 from tformer.cost.ops import Op
-# Re-exported: the workload and its bytes per element were defined here first.
-from tformer.cost.workload import (  # noqa: F401
-    ACTIVATION_BYTES, ATTENTION_FLOPS, DTYPES, INDEX_BYTES, LOSS_BYTES, MASK_BYTES, OPTIMIZERS, WEIGHT_BYTES,
-    WORKLOAD_PHASES, Workload,
-)
+from tformer.cost.workload import Workload
+
 
 @dataclass
 class Ledger:

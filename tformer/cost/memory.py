@@ -127,9 +127,7 @@ def memory_breakdown(ledger) -> dict:
 def _kv_per_token(ledger) -> int:
     """Self-attention KV-cache bytes per cached token per sequence: 2 x layers x kv_heads x head_dim x bytes."""
     c, w = ledger.config, ledger.workload
-    if not c.has_decoder:
-        return 0
-    layers = c.n_layers if c.arch == "decoder" else c.n_decoder_layers
+    layers = sum(len(st.layers) for st in ledger.architecture.stacks if st.causal)  # a bidirectional stack caches nothing
     return 2 * layers * c.n_kv_heads * c.head_dim * ACTIVATION_BYTES[w.dtype]
 
 
