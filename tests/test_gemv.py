@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tformer.machine import Device, device_from_dict
-from tformer.cost.ops import Op
+from tformer.cost.ops import MatMul, Op
 from tformer.cost.roofline import gemv_dims, measured_op_time, roofline
 from tformer.core.errors import TformerError
 from tformer.measure.bench import BenchResult, bench_gemv
@@ -30,6 +30,7 @@ def _linear(rows, k=768, n=3072):
     read = 4 * (rows * k + k * n + n)
     written = 4 * rows * n
     return Op(name="mlp.up", kind="ffn_up", layer=0, phase="forward", shapes=f"[{rows}, {k}] @ [{k}, {n}] + bias",
+              dims=MatMul(1, rows, k, n, weight=True),
               matmul_flops=flops, bytes_read=read, bytes_written=written)
 
 
@@ -39,6 +40,7 @@ def test_gemv_dims_only_for_few_rows_with_a_weight():
     assert gemv_dims(_linear(9)) is None
     assert gemv_dims(_linear(8192)) is None
     bmm = Op(name="attn.scores", kind="scores", layer=0, phase="forward", shapes="[1, 12, 1, 64] @ [1, 12, 64, 513]",
+             dims=MatMul(12, 1, 64, 513),
              matmul_flops=10, bytes_read=10, bytes_written=1)
     assert gemv_dims(bmm) is None  # a batched product over the KV cache, not a weight GEMV
 

@@ -15,7 +15,7 @@ from tformer.cli import main
 from tformer.core.config import preset, preset_names
 from tformer.machine import Device
 from tformer.cost.ledger import Workload, ledger
-from tformer.cost.roofline import matmul_dims, roofline
+from tformer.cost.roofline import roofline
 from tformer.measure.bench import BenchResult, DeviceBench, MatmulPoint, StreamPoint
 from tformer.measure.profile import profile_model
 from tformer.measure.step import skeleton
@@ -79,12 +79,12 @@ def test_matmul_rate_interpolates_in_log_size_and_clamps():
     assert FAKE.matmul_rate("bf16", 64, 64, 64) is None
 
 
-def test_matmul_dims_parse_the_ledger_shapes():
+def test_every_ledger_matmul_carries_its_dims():
     lg = ledger(tiny(), Workload(phase="forward", batch=2, seq=8))
     for op in lg.ops:
         if op.matmul_flops:
-            batch, m, n, k = matmul_dims(op.shapes)
-            assert 2 * batch * m * n * k == op.matmul_flops, op.name
+            batch, m, k, n, _ = op.dims
+            assert 2 * batch * m * n * k == op.matmul_flops == op.dims.flops, op.name
 
 
 def test_measured_roofline_is_slower_than_the_single_peak_and_keeps_totals_consistent():

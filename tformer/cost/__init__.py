@@ -5,7 +5,9 @@
     lg = ledger(config, Workload(phase="train", batch=8, seq=1024, dtype="bf16", mixed_precision=True))
     lg.params["total"], lg.flops["matmul"], lg.memory["total"], roofline(lg, device).time_s
 
-Modules: ops (the Op record and primitive costs), ledger (Workload, the op list), memory,
+Modules: architecture (one description of each architecture, read by the model too), workload,
+ops (the Op record and primitive costs), attention (the attention rows, one cost function per
+attention kind), oplist (walks the description into ops), ledger (the op list and its totals), memory,
 roofline, scaling (what-ifs, crossovers, training runs, compute-optimal sizes), formulas (the
 textbook's closed forms), conventions (the conventions in force; the course's count), hardware.
 """

@@ -19,7 +19,7 @@ Full activation checkpointing keeps each layer's input and recomputes one layer 
 
 from __future__ import annotations
 
-from tformer.cost.ledger import ACTIVATION_BYTES, WEIGHT_BYTES
+from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
 # Optimizer-state tensors per parameter, and element-wise FLOPs per parameter of one update
 # (a convention: sgd w -= lr*g is 2; momentum adds m = mu*m + g; Adam's m, v, bias corrections,
@@ -127,9 +127,7 @@ def memory_breakdown(ledger) -> dict:
 def _kv_per_token(ledger) -> int:
     """Self-attention KV-cache bytes per cached token per sequence: 2 x layers x kv_heads x head_dim x bytes."""
     c, w = ledger.config, ledger.workload
-    if not c.has_decoder:
-        return 0
-    layers = c.n_layers if c.arch == "decoder" else c.n_decoder_layers
+    layers = sum(len(st.layers) for st in ledger.architecture.stacks if st.causal)  # a bidirectional stack caches nothing
     return 2 * layers * c.n_kv_heads * c.head_dim * ACTIVATION_BYTES[w.dtype]
 
 

@@ -13,6 +13,7 @@ per-element counts below. Those counts are conventions, stated here once; they a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 # The fixed vocabulary of op kinds (a profile's rows are grouped by these).
 KINDS = (
@@ -29,6 +30,24 @@ ACTIVATION_FLOPS_PER_ELEMENT = {"relu": 1, "gelu": 8, "gelu_tanh": 8, "silu": 4}
 ROPE_FLOPS_PER_ELEMENT = 3  # x*cos + rotate(x)*sin
 CROSS_ENTROPY_FLOPS_PER_LOGIT = 6  # log-softmax (5) + pick and average (1)
 BACKWARD_OTHER_FACTOR = 2  # element-wise backward ~ twice the forward element-wise work (a convention)
+
+
+class MatMul(NamedTuple):
+    """A product's sizes as data: ``batch`` independent (m x k) @ (k x n) products.
+
+    ``weight``: the right operand is a 2-D weight (nn.Linear, whose leading dims are flattened
+    into m), not a batched activation (attention's bmm over heads).
+    """
+
+    batch: int
+    m: int
+    k: int
+    n: int
+    weight: bool = False
+
+    @property
+    def flops(self) -> int:
+        return matmul_flops(self.m, self.k, self.n, batch=self.batch)
 
 
 @dataclass
@@ -56,6 +75,7 @@ class Op:
     weight_bytes: int = 0  # the part of ``bytes_read`` that is parameters
     cache_bytes: int = 0  # KV-cache bytes this op's layer holds after the step (scores: K, context: V)
     stack: str = ""  # "encoder" | "decoder" | "" (model-level)
+    dims: MatMul | None = None  # a matmul's sizes (the roofline reads these; ``shapes`` is only a label)
 
     @property
     def flops(self) -> int:
@@ -72,6 +92,7 @@ class Op:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["dims"] = self.dims._asdict() if self.dims else None
         d.update(flops=self.flops, bytes=self.bytes, intensity=self.intensity)
         return d
 
@@ -133,3 +154,8 @@ def elementwise_intensity(flops_per_element: float, bytes_per: int, tensors_read
 def kv_cache_bytes(layers: int, tokens: int, kv_heads: int, head_dim: int, batch: int, bytes_per: int) -> int:
     """Keys and values: 2 x layers x tokens x kv_heads x head_dim x batch x bytes (bytes_per=1: elements)."""
     return 2 * layers * tokens * kv_heads * head_dim * batch * bytes_per
+
+
+def matmul_label(a: tuple[int, ...], b: tuple[int, ...]) -> str:
+    """The display text of a product of operands shaped ``a`` and ``b``: "[m, k] @ [k, n]"."""
+    return f"[{', '.join(map(str, a))}] @ [{', '.join(map(str, b))}]"

@@ -11,7 +11,6 @@ gives "unknown": never another device's number.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 # The peak a workload's matmuls run at. int8 weights are dequantised and multiplied in fp16
@@ -55,25 +54,9 @@ def op_time(flops: float, nbytes: float, peak_flops: float, bandwidth: float, ef
 #   time         = max(matmul + other, memory) / efficiency + measured per-call overhead
 # No constant is fitted to a model: every number is read off the device's measured profile.
 
-_SHAPES = re.compile(r"\[([\d, ]+)\] @ \[([\d, ]+)\]")
 # Fraction of an op's bytes that are reads -> the STREAM kernel that moves bytes in that proportion
 # (copy and scale read one array and write one: 1/2; add and triad read two and write one: 2/3).
 _STREAM_BY_READ_SHARE = ((0.5, ("copy", "scale")), (2 / 3, ("triad", "add")))
-
-
-def matmul_dims(shapes: str) -> tuple[int, int, int, int] | None:
-    """(batch, m, n, k) of the first "[..., m, k] @ [..., k, n]" in an op's shapes text, else None."""
-    match = _SHAPES.search(shapes or "")
-    if not match:
-        return None
-    a = [int(x) for x in match.group(1).split(",")]
-    b = [int(x) for x in match.group(2).split(",")]
-    if len(a) < 2 or len(b) < 2:
-        return None
-    batch = 1
-    for x in a[:-2]:
-        batch *= x
-    return batch, a[-2], b[-1], a[-1]
 
 
 # A matmul with few rows reads its weights at the measured few-row rate (bench: y = x @ W.T + b with x
@@ -89,17 +72,11 @@ GEMV_MAX_ROWS = 8
 
 def gemv_dims(op) -> tuple[int, int] | None:
     """(rows, k) when ``op`` is a product of at most GEMV_MAX_ROWS rows with a weight matrix, else None."""
-    match = _SHAPES.search(getattr(op, "shapes", "") or "")
-    if not match or not op.matmul_flops:
+    dims = op.dims
+    if dims is None or not dims.weight or not op.matmul_flops:
         return None
-    a = [int(x) for x in match.group(1).split(",")]
-    b = [int(x) for x in match.group(2).split(",")]
-    if len(a) < 2 or len(b) != 2:
-        return None
-    rows = 1
-    for x in a[:-1]:
-        rows *= x  # nn.Linear flattens every leading dim into the rows of one product
-    return (rows, a[-1]) if rows <= GEMV_MAX_ROWS else None
+    rows = dims.batch * dims.m  # nn.Linear flattens every leading dim into the rows of one product
+    return (rows, dims.k) if rows <= GEMV_MAX_ROWS else None
 
 
 def gemv_bandwidth_for(op, device, dtype: str) -> float | None:
@@ -131,10 +108,9 @@ def measured_op_time(op, device, dtype: str, peak: float, efficiency: float = 1.
     rate = None
     t_mm = 0.0
     if op.matmul_flops:
-        dims = matmul_dims(op.shapes)
+        dims = op.dims
         if dims is not None:
-            _, m, n, k = dims
-            rate = device.matmul_rate(dtype, m, n, k)
+            rate = device.matmul_rate(dtype, dims.m, dims.n, dims.k)
         rate = rate or peak
         t_mm = op.matmul_flops / rate
     t_compute = (t_mm + op.other_flops / peak) / efficiency

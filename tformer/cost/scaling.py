@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
+from tformer.cost.architecture import describe
 from tformer.cost.ledger import Workload, ledger
 from tformer.core.errors import TformerError
 
@@ -141,7 +142,7 @@ def attention_crossover(config) -> dict:
     """Sequence lengths at which attention's s² work (QK^T + AV, per token) overtakes
     (a) the FFN matmuls and (b) the attention projections (q, k, v, o), in a self-attention layer
     of the first stack. Read off two ledgers: per-token costs are linear in s, so two points fix them."""
-    stack = "decoder" if config.arch == "decoder" else "encoder"
+    stack = describe(config).stacks[0].name
 
     def per_token(seq: int) -> dict[str, Fraction]:
         lg = ledger(config, Workload(phase="forward", batch=1, seq=seq))

@@ -20,15 +20,17 @@ class Block(nn.Module):
     pre-norm  (GPT-2, LLaMA, T5):            x = x + sublayer(norm(x))
     """
 
-    def __init__(self, config, layer_idx: int, cross: bool = False):
+    def __init__(self, config, spec):
+        """spec: one layer of the architecture description (tformer.cost.architecture.Layer)."""
         super().__init__()
+        layer_idx, cross = spec.index, len(spec.attention) > 1
         self.pre_norm = config.norm_placement == "pre"
         self.attn_norm = make_norm(config)
         self.attn = MultiHeadAttention(config, layer_idx)
         self.cross_attn_norm = make_norm(config) if cross else None
         self.cross_attn = MultiHeadAttention(config, layer_idx, cross=True) if cross else None
         self.mlp_norm = make_norm(config)
-        self.mlp = FeedForward(config)
+        self.mlp = FeedForward(config, spec.mlp)
         self.dropout = nn.Dropout(config.dropout)
 
     def _residual(self, x, norm, sublayer):
@@ -61,28 +63,29 @@ class Stack(nn.Module):
     also attends to an encoder's output.
     """
 
-    def __init__(self, config, n_layers: int, causal: bool, cross: bool = False):
+    def __init__(self, config, spec):
+        """spec: the stack in the architecture description (tformer.cost.architecture.Stack)."""
         super().__init__()
-        self.causal = causal
-        d, kind = config.d_model, config.position
+        self.causal = causal = spec.causal
+        pos = spec.positions
+        kind, table = pos.kind, pos.table.shape if pos.table else None
         self.positions = None
         if kind == "learned":
-            self.positions = LearnedPositions(config.max_positions, d, config.position_offset)
+            self.positions = LearnedPositions(table[0] - pos.offset, table[1], pos.offset)  # table holds the offset rows
         elif kind == "sinusoidal":
-            self.positions = SinusoidalPositions(config.max_positions, d)
+            self.positions = SinusoidalPositions(*table)
         self.rope = (config.head_dim, config.rope_theta) if kind == "rope" else None
         self.score_bias = None
         if kind == "alibi":
             self.score_bias = ALiBi(config.n_heads)
-        elif kind == "relative":
+        elif kind == "relative":  # table: (buckets, heads)
             self.score_bias = RelativePositionBias(
-                config.relative_attention_num_buckets, config.relative_attention_max_distance,
-                config.n_heads, bidirectional=not causal,
+                table[0], config.relative_attention_max_distance, table[1], bidirectional=not causal,
             )
-        self.embed_norm = make_norm(config) if config.embedding_norm else None
+        self.embed_norm = make_norm(config, spec.embed_norm.d) if spec.embed_norm else None
         self.dropout = nn.Dropout(config.dropout)
-        self.layers = nn.ModuleList(Block(config, i, cross=cross) for i in range(n_layers))
-        self.final_norm = make_norm(config) if config.final_norm else None
+        self.layers = nn.ModuleList(Block(config, layer) for layer in spec.layers)
+        self.final_norm = make_norm(config, spec.final_norm.d) if spec.final_norm else None
         self.max_positions = config.max_positions
 
     def forward(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from tformer.cost.architecture import describe
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -17,8 +18,9 @@ from tformer.model.linear import Linear
 class DecoderLM(TransformerModel):
     def __init__(self, config):
         super().__init__(config)
-        self.decoder = Stack(config, config.n_layers, causal=True)
-        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
+        arch = describe(config)
+        self.decoder = Stack(config, arch.stack("decoder"))
+        self.lm_head = Linear.described(arch.lm_head.linear)
         self.tie_weights()
 
     def new_cache(self, max_length: int | None = None) -> KVCache:

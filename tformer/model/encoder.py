@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tformer.cost.architecture import describe
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.feedforward import ACTIVATIONS
@@ -20,9 +21,9 @@ from tformer.model.norm import make_norm
 class Pooler(nn.Module):
     """A sentence vector: the first ([CLS]) token's state through dense + tanh."""
 
-    def __init__(self, config):
+    def __init__(self, spec):
         super().__init__()
-        self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dense = Linear.described(spec)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.dense(h[:, 0]))
@@ -31,12 +32,12 @@ class Pooler(nn.Module):
 class MLMHead(nn.Module):
     """Predicts masked tokens: transform (dense, activation, norm), then the tied output embedding."""
 
-    def __init__(self, config):
+    def __init__(self, config, spec):
         super().__init__()
-        self.dense = Linear(config.d_model, config.d_model, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
-        self.norm = make_norm(config)
-        self.decoder = Linear(config.d_model, config.vocab_size, bias=config.bias)
+        self.dense = Linear.described(spec.dense)
+        self.act = ACTIVATIONS[spec.activation]
+        self.norm = make_norm(config, spec.norm.d)
+        self.decoder = Linear.described(spec.decoder)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(h))))
@@ -45,11 +46,12 @@ class MLMHead(nn.Module):
 class EncoderModel(TransformerModel):
     def __init__(self, config):
         super().__init__(config)
-        self.type_embed = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
-        self.encoder = Stack(config, config.n_layers, causal=False)
-        self.pooler = Pooler(config) if config.pooler else None
-        self.mlm_head = MLMHead(config) if config.lm_head else None
-        if self.mlm_head is not None and config.tied_embeddings:
+        arch = describe(config)
+        self.type_embed = nn.Embedding(*arch.type_embed.shape) if arch.type_embed else None
+        self.encoder = Stack(config, arch.stack("encoder"))
+        self.pooler = Pooler(arch.pooler) if arch.pooler else None
+        self.mlm_head = MLMHead(config, arch.mlm_head) if arch.mlm_head else None
+        if self.mlm_head is not None and arch.mlm_head.decoder.tied:
             self.mlm_head.decoder.weight = self.tok_embed.weight
 
     def forward(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from tformer.cost.architecture import describe
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -19,9 +20,10 @@ from tformer.model.linear import Linear
 class EncoderDecoderModel(TransformerModel):
     def __init__(self, config):
         super().__init__(config)
-        self.encoder = Stack(config, config.n_layers, causal=False)
-        self.decoder = Stack(config, config.n_decoder_layers, causal=True, cross=True)
-        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
+        arch = describe(config)
+        self.encoder = Stack(config, arch.stack("encoder"))
+        self.decoder = Stack(config, arch.stack("decoder"))
+        self.lm_head = Linear.described(arch.lm_head.linear)
         self.tie_weights()
         if config.final_logits_bias:  # BART keeps a (normally zero) bias buffer on the logits
             self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))

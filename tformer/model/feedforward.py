@@ -22,13 +22,13 @@ class FeedForward(nn.Module):
     x: (B, T, d_model) -> (B, T, d_model); the hidden layer is (B, T, d_ff).
     """
 
-    def __init__(self, config):
+    def __init__(self, config, spec):
+        """spec: the layer's MLP in the architecture description (tformer.cost.architecture.MLP)."""
         super().__init__()
-        d, d_ff, bias = config.d_model, config.d_ff, config.bias
-        self.up = Linear(d, d_ff, bias=bias)
-        self.gate = Linear(d, d_ff, bias=bias) if config.gated_mlp else None
-        self.down = Linear(d_ff, d, bias=bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.up = Linear.described(spec.up)
+        self.gate = Linear.described(spec.gate) if spec.gate is not None else None
+        self.down = Linear.described(spec.down)
+        self.act = ACTIVATIONS[spec.activation]
         self.dropout = nn.Dropout(config.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

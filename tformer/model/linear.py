@@ -80,5 +80,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state-dict keys) that takes the split path when it pays."""
 
+    @classmethod
+    def described(cls, spec) -> "Linear":
+        """The Linear an architecture description (tformer.cost.architecture.Linear) names."""
+        return cls(spec.d_in, spec.d_out, bias=spec.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)

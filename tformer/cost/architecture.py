@@ -1,0 +1,298 @@
+"""One description of each architecture: its stacks, its blocks in the order they run, each block
+named by the model's module path and sized by tuples.
+
+The model builds its modules from it (tformer.model) and the ledger walks it (tformer.cost.oplist),
+so the two cannot drift: tests hold ``describe(config).parameters()`` equal to the names and shapes
+of ``model.named_parameters()``. Adding an architecture is one branch of ``describe`` (the only
+place that dispatches on ``config.arch``), one model file and one runner.
+
+Plain data: no torch, no costs. Shapes follow PyTorch: a Linear's weight is (out, in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tformer.core.errors import TformerError
+
+
+@dataclass(frozen=True)
+class Linear:
+    """y = x W^T (+ b): one nn.Linear. ``tied``: W is the token table's (the module owns only its bias)."""
+
+    path: str
+    kind: str  # the ledger's op kind: qkv_proj, out_proj, ffn_up, ffn_gate, ffn_down, pooler, lm_head
+    d_in: int
+    d_out: int
+    bias: bool
+    tied: bool = False
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        out = {} if self.tied else {f"{self.path}.weight": (self.d_out, self.d_in)}
+        if self.bias:
+            out[f"{self.path}.bias"] = (self.d_out,)
+        return out
+
+
+@dataclass(frozen=True)
+class Norm:
+    """LayerNorm (scale and shift per feature) or RMSNorm (scale only) over the last dimension."""
+
+    path: str
+    d: int
+    kind: str  # layernorm | rmsnorm
+    eps: float
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        out = {f"{self.path}.weight": (self.d,)}
+        if self.kind == "layernorm":
+            out[f"{self.path}.bias"] = (self.d,)
+        return out
+
+
+@dataclass(frozen=True)
+class Table:
+    """A lookup table of ``shape`` (rows, width). ``trained``: a parameter; else a fixed buffer."""
+
+    path: str
+    shape: tuple[int, int]
+    trained: bool = True
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return {f"{self.path}.weight": self.shape} if self.trained else {}
+
+
+@dataclass(frozen=True)
+class Positions:
+    """How a stack knows token order. ``kind``: learned | sinusoidal (a table added to the
+    embeddings), alibi | relative (a (1, H, Tq, Tk) bias on every layer's scores), rope (q and k
+    rotated inside attention), none. ``table`` is None where nothing is looked up."""
+
+    kind: str
+    path: str | None = None
+    table: Table | None = None
+    offset: int = 0  # learned: ids are shifted by this many rows (BART reserves 2)
+
+    @property
+    def added(self) -> bool:
+        return self.kind in ("learned", "sinusoidal")
+
+    @property
+    def score_bias(self) -> bool:
+        return self.kind in ("alibi", "relative")
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Project to heads, attend, project back. Rows that have no module of their own (rope,
+    scores, softmax, context, residual) are named ``path + "." + step``."""
+
+    path: str
+    norm: Norm
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    heads: int
+    kv_heads: int
+    head_dim: int
+    cross: bool
+    rope: bool  # q and k are rotated (self-attention of a rope stack)
+
+    def linears(self) -> tuple[Linear, ...]:
+        return self.q, self.k, self.v, self.o
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return _merge(self.norm, *self.linears())
+
+
+@dataclass(frozen=True)
+class MLP:
+    """down(act(up(x))), or down(act(gate(x)) * up(x)) when ``gate`` is set."""
+
+    path: str
+    norm: Norm
+    up: Linear
+    gate: Linear | None
+    down: Linear
+    activation: str
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return _merge(self.norm, self.up, self.gate, self.down)
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    path: str
+    attention: tuple[Attention, ...]  # self-attention, then cross-attention where the stack has it
+    mlp: MLP
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        # The model registers modules in block order: attn_norm, attn, cross_attn_norm, cross_attn, ...
+        return _merge(*self.attention, self.mlp)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Embedding lookups, positions, embedding norm, N blocks, final norm.
+
+    ``tables``: the token table, then any table added to it (BERT's segments); the token table is
+    the model's one table, shared by every stack that looks it up."""
+
+    name: str  # encoder | decoder: the module path of the stack
+    causal: bool
+    cross: bool  # every layer also attends to the encoder's output
+    tables: tuple[Table, ...]
+    positions: Positions
+    embed_norm: Norm | None
+    layers: tuple[Layer, ...]
+    final_norm: Norm | None
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        table = self.positions.table
+        return _merge(table, self.embed_norm, *self.layers, self.final_norm)
+
+
+@dataclass(frozen=True)
+class MLMHead:
+    """BERT's masked-token head: dense, activation, norm, then the (tied) output projection."""
+
+    path: str
+    dense: Linear
+    activation: str
+    norm: Norm
+    decoder: Linear
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return _merge(self.dense, self.norm, self.decoder)
+
+
+@dataclass(frozen=True)
+class LMHead:
+    """Hidden states to logits. ``rescale``: hidden * d_model^-0.5 first (T5's tied head);
+    ``logits_bias``: a fixed bias buffer added to the logits (BART)."""
+
+    linear: Linear
+    rescale: bool = False
+    logits_bias: bool = False
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return self.linear.parameters()
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A whole model: the stacks in the order they run, then the heads on the last stack's output."""
+
+    arch: str
+    tok_embed: Table
+    type_embed: Table | None
+    stacks: tuple[Stack, ...]
+    pooler: Linear | None = None  # first token -> dense -> tanh
+    mlm_head: MLMHead | None = None
+    lm_head: LMHead | None = None
+
+    def stack(self, name: str) -> Stack:
+        for st in self.stacks:
+            if st.name == name:
+                return st
+        raise TformerError(f"a {self.arch} model has no {name} stack; it has: {', '.join(s.name for s in self.stacks)}")
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter once (a tied weight under its first owner), in the model's registration order."""
+        return _merge(self.tok_embed, self.type_embed, *self.stacks, self.pooler, self.mlm_head, self.lm_head)
+
+
+def _merge(*parts) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for part in parts:
+        if part is not None:
+            out.update(part.parameters())
+    return out
+
+
+# Building the description from a config ------------------------------------------------------
+def describe(config) -> Architecture:
+    """The description of ``config``'s model: the one place that dispatches on ``config.arch``."""
+    c = config
+    tok = Table("tok_embed", (c.vocab_size, c.d_model))
+    if c.arch == "decoder":
+        return Architecture(c.arch, tok, None, (_stack(c, "decoder", c.n_layers, (tok,), causal=True),),
+                            lm_head=_lm_head(c))
+    if c.arch == "encoder":
+        segments = Table("type_embed", (c.type_vocab_size, c.d_model)) if c.type_vocab_size else None
+        tables = (tok, segments) if segments else (tok,)
+        d = c.d_model
+        mlm = None
+        if c.lm_head:
+            mlm = MLMHead("mlm_head", Linear("mlm_head.dense", "lm_head", d, d, c.bias), c.activation,
+                          _norm(c, "mlm_head.norm"),
+                          Linear("mlm_head.decoder", "lm_head", d, c.vocab_size, c.bias, tied=c.tied_embeddings))
+        pooler = Linear("pooler.dense", "pooler", d, d, c.bias) if c.pooler else None
+        return Architecture(c.arch, tok, segments, (_stack(c, "encoder", c.n_layers, tables, causal=False),),
+                            pooler=pooler, mlm_head=mlm)
+    if c.arch == "encoder-decoder":
+        stacks = (_stack(c, "encoder", c.n_layers, (tok,), causal=False),
+                  _stack(c, "decoder", c.n_decoder_layers, (tok,), causal=True, cross=True))
+        return Architecture(c.arch, tok, None, stacks,
+                            lm_head=_lm_head(c, rescale=c.rescale_tied_head, logits_bias=c.final_logits_bias))
+    raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
+
+
+def _norm(c, path: str) -> Norm:
+    return Norm(path, c.d_model, c.norm, c.norm_eps)
+
+
+def _lm_head(c, rescale: bool = False, logits_bias: bool = False) -> LMHead:
+    return LMHead(Linear("lm_head", "lm_head", c.d_model, c.vocab_size, False, tied=c.tied_embeddings),
+                  rescale=rescale, logits_bias=logits_bias)
+
+
+def _positions(c, stack: str) -> Positions:
+    kind, d = c.position, c.d_model
+    if kind == "learned":
+        return Positions(kind, f"{stack}.positions", Table(f"{stack}.positions", (c.max_positions + c.position_offset, d)),
+                         offset=c.position_offset)
+    if kind == "sinusoidal":
+        return Positions(kind, f"{stack}.positions", Table(f"{stack}.positions", (c.max_positions, d), trained=False))
+    if kind == "relative":  # one learned scalar per (bucket, head)
+        return Positions(kind, f"{stack}.score_bias",
+                         Table(f"{stack}.score_bias", (c.relative_attention_num_buckets, c.n_heads)))
+    if kind == "alibi":  # fixed slopes, nothing learned
+        return Positions(kind, f"{stack}.score_bias")
+    return Positions(kind)  # rope (inside attention) or none
+
+
+def _attention(c, path: str, norm_path: str, cross: bool) -> Attention:
+    d, H, Hkv, dh = c.d_model, c.n_heads, c.n_kv_heads, c.head_dim
+    return Attention(
+        path, _norm(c, norm_path),
+        q=Linear(f"{path}.q_proj", "qkv_proj", d, H * dh, c.bias),
+        k=Linear(f"{path}.k_proj", "qkv_proj", d, Hkv * dh, c.bias),
+        v=Linear(f"{path}.v_proj", "qkv_proj", d, Hkv * dh, c.bias),
+        o=Linear(f"{path}.o_proj", "out_proj", H * dh, d, c.bias),
+        heads=H, kv_heads=Hkv, head_dim=dh, cross=cross, rope=c.position == "rope" and not cross,
+    )
+
+
+def _layer(c, stack: str, i: int, cross: bool) -> Layer:
+    p = f"{stack}.layers.{i}"
+    attention = (_attention(c, f"{p}.attn", f"{p}.attn_norm", cross=False),)
+    if cross:
+        attention += (_attention(c, f"{p}.cross_attn", f"{p}.cross_attn_norm", cross=True),)
+    d, f = c.d_model, c.d_ff
+    mlp = MLP(f"{p}.mlp", _norm(c, f"{p}.mlp_norm"),
+              up=Linear(f"{p}.mlp.up", "ffn_up", d, f, c.bias),
+              gate=Linear(f"{p}.mlp.gate", "ffn_gate", d, f, c.bias) if c.gated_mlp else None,
+              down=Linear(f"{p}.mlp.down", "ffn_down", f, d, c.bias), activation=c.activation)
+    return Layer(i, p, attention, mlp)
+
+
+def _stack(c, name: str, n_layers: int, tables: tuple[Table, ...], causal: bool, cross: bool = False) -> Stack:
+    return Stack(
+        name, causal, cross, tables, _positions(c, name),
+        embed_norm=_norm(c, f"{name}.embed_norm") if c.embedding_norm else None,
+        layers=tuple(_layer(c, name, i, cross) for i in range(n_layers)),
+        final_norm=_norm(c, f"{name}.final_norm") if c.final_norm else None,
+    )

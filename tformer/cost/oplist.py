@@ -1,0 +1,263 @@
+"""Building the ledger's op list: walk an architecture's description (tformer.cost.architecture)
+for one workload, in the order the model runs.
+
+One row per nn.Linear, norm and embedding (named by its module path, from the description), plus
+the steps that have no module of their own (rope, scores, softmax, context, activation, residual
+adds, loss). The attention rows come from the cost function of the workload's attention kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tformer.cost import ops as O
+from tformer.cost.architecture import MLP, Architecture, Attention, Linear, Norm, Stack
+from tformer.cost.attention import AttentionCall, attention_rows
+from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param
+from tformer.cost.ops import MatMul, Op
+from tformer.cost.workload import ACTIVATION_BYTES, INDEX_BYTES, LOSS_BYTES, MASK_BYTES, WEIGHT_BYTES, Workload
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Token counts one stack sees: queries, keys (self-attention), encoder positions (cross)."""
+
+    tq: int  # new positions processed
+    tk: int  # keys each query sees in self-attention (past + new)
+    cross_keys: int = 0  # encoder positions, 0 = no cross-attention
+    cross_cached: bool = False  # decode: cross K/V come from the cache, not projected
+
+
+def stack_tokens(stack: Stack, w: Workload) -> Tokens | None:
+    """What ``stack`` processes in workload ``w``; None when it does not run (a decode step reuses
+    the encoder's output, so a bidirectional stack runs only outside decode)."""
+    decode = w.phase == "decode"
+    if not stack.causal:
+        return None if decode else Tokens(w.seq, w.seq)
+    ctx = w.decode_context if decode else 0
+    # A stack that reads an encoder's output is the target side: seq_decoder positions.
+    tq = 1 if decode else ((w.seq_decoder or w.seq) if stack.cross else w.seq)
+    # The first decode step (empty cache) still projects the encoder output; later steps reuse it.
+    return Tokens(tq, ctx + tq, cross_keys=w.seq if stack.cross else 0, cross_cached=decode and ctx > 0)
+
+
+class OpListBuilder:
+    def __init__(self, config, w: Workload):
+        self.c, self.w = config, w
+        self.a = ACTIVATION_BYTES[w.dtype]
+        self.wb = WEIGHT_BYTES[w.dtype]
+        self.train = w.training
+        self.ops: list[Op] = []
+        self.keep_cache = w.phase in ("prefill", "decode")
+        self.owned: set[str] = set()  # tables whose parameters an earlier lookup already counted
+
+    # Helpers ---------------------------------------------------------------------------------
+    def add(self, op: Op) -> Op:
+        if not self.train:
+            op.saved_bytes = op.scores_bytes = 0
+        self.ops.append(op)
+        return op
+
+    def linear(self, spec: Linear, layer, stack, rows, saves_input=True) -> Op:
+        a, wb = self.a, self.wb
+        d_in, d_out, bias = spec.d_in, spec.d_out, spec.bias
+        n_params = (d_out if bias else 0) if spec.tied else O.linear_params(d_in, d_out, bias)
+        return self.add(Op(
+            name=spec.path, kind=spec.kind, layer=layer, phase="forward", stack=stack,
+            shapes=O.matmul_label((rows, d_in), (d_in, d_out)) + (" + bias" if bias else ""),
+            dims=MatMul(1, rows, d_in, d_out, weight=True),
+            matmul_flops=O.matmul_flops(rows, d_in, d_out),
+            other_flops=rows * d_out if bias else 0,  # the bias add of addmm (FlopCounterMode skips it)
+            bytes_read=rows * d_in * a + O.linear_params(d_in, d_out, bias) * wb,
+            bytes_written=rows * d_out * a,
+            params=n_params, weight_bytes=O.linear_params(d_in, d_out, bias) * wb,
+            saved_bytes=rows * d_in * a if saves_input else 0,
+        ))
+
+    def norm(self, spec: Norm, layer, stack, rows) -> Op:
+        a, d, kind = self.a, spec.d, spec.kind
+        return self.add(Op(
+            name=spec.path, kind="norm", layer=layer, phase="forward", stack=stack, shapes=f"[{rows}, {d}] {kind}",
+            other_flops=O.norm_flops(rows * d, kind), bytes_read=rows * d * a + O.norm_params(d, kind) * self.wb,
+            bytes_written=rows * d * a, params=O.norm_params(d, kind), weight_bytes=O.norm_params(d, kind) * self.wb,
+            saved_bytes=rows * d * a,  # the input (Korthikanti et al. 2022 convention)
+        ))
+
+    def elementwise(self, name, kind, layer, stack, elements, flops_per, reads=1, saved=0, shapes="") -> Op:
+        a = self.a
+        return self.add(Op(name=name, kind=kind, layer=layer, phase="forward", stack=stack,
+                           shapes=shapes or f"[{elements}] elements", other_flops=elements * flops_per,
+                           bytes_read=reads * elements * a, bytes_written=elements * a, saved_bytes=saved))
+
+    def dropout_mask(self, p: float, elements: int) -> int:
+        return elements * MASK_BYTES if (self.train and p > 0) else 0
+
+    # The model ---------------------------------------------------------------------------------
+    def build(self, arch: Architecture) -> list[Op]:
+        rows = 0
+        for st in arch.stacks:
+            tokens = stack_tokens(st, self.w)
+            if tokens is None:
+                continue
+            rows = self.w.batch * tokens.tq
+            self.embed(st, tokens, rows)
+            for layer in st.layers:
+                for att in layer.attention:
+                    self.attention(att, layer.index, st, tokens, rows)
+                self.mlp(layer.mlp, layer.index, st.name, rows)
+            if st.final_norm:
+                self.norm(st.final_norm, None, st.name, rows)
+        self.heads(arch, rows)  # on the last stack's output
+        if self.train:
+            self.backward_and_optimizer()
+        return self.ops
+
+    def embed(self, st: Stack, t: Tokens, rows: int) -> None:
+        """Token lookup (+ segment table) (+ position table). The token table's parameters belong
+        to the first stack that looks it up (an encoder-decoder's decoder shares the encoder's)."""
+        c, a, wb = self.c, self.a, self.wb
+        tok, *added = st.tables
+        V, d = tok.shape
+        own = 0 if tok.path in self.owned else V * d
+        self.owned.add(tok.path)
+        self.add(Op(name=tok.path, kind="embedding", layer=None, phase="forward", stack=st.name,
+                    shapes=f"[{rows}] ids -> [{rows}, {d}] from [{V}, {d}]",
+                    other_flops=rows * d if c.scale_embeddings else 0,
+                    bytes_read=rows * INDEX_BYTES + rows * d * wb, bytes_written=rows * d * a,
+                    params=own, embedding_params=own, weight_bytes=rows * d * wb))
+        for table in added:  # looked up and added to the running sum
+            n = table.shape[0] * d
+            self.add(Op(name=table.path, kind="embedding", layer=None, phase="forward", stack=st.name,
+                        shapes=f"[{rows}] ids -> [{rows}, {d}] from [{table.shape[0]}, {d}]", other_flops=rows * d,
+                        bytes_read=rows * INDEX_BYTES + rows * d * wb + rows * d * a, bytes_written=rows * d * a,
+                        params=n, embedding_params=n, weight_bytes=rows * d * wb))
+        pos = st.positions
+        if pos.added:
+            n = pos.table.shape[0] * d if pos.table.trained else 0
+            self.add(Op(name=pos.path, kind="position", layer=None, phase="forward", stack=st.name,
+                        shapes=f"[{rows}, {d}] + table[{pos.table.shape[0]}, {d}]", other_flops=rows * d,
+                        bytes_read=rows * d * (a + (wb if pos.table.trained else 4)), bytes_written=rows * d * a,
+                        params=n, embedding_params=n, weight_bytes=rows * d * wb if n else 0))
+        elif pos.score_bias:
+            # One (1, H, Tq, Tk) bias per forward pass, shared by every layer of the stack.
+            elems = c.n_heads * t.tq * t.tk
+            n = pos.table.shape[0] * pos.table.shape[1] if pos.table else 0
+            self.add(Op(name=pos.path, kind="position", layer=None, phase="forward", stack=st.name,
+                        shapes=f"[1, {c.n_heads}, {t.tq}, {t.tk}]", other_flops=elems, bytes_read=n * wb,
+                        bytes_written=elems * a, params=n, embedding_params=0, weight_bytes=n * wb))
+        if st.embed_norm:
+            self.norm(st.embed_norm, None, st.name, rows)
+        mask = self.dropout_mask(c.dropout, rows * d)
+        if mask:
+            self.ops[-1].saved_bytes += mask
+
+    def attention(self, att: Attention, i: int, st: Stack, t: Tokens, rows: int) -> None:
+        w, a = self.w, self.a
+        B, H, Hkv, dh = w.batch, att.heads, att.kv_heads, att.head_dim
+        cross = att.cross
+        tq, tk = t.tq, (t.cross_keys if cross else t.tk)
+        self.norm(att.norm, i, st.name, rows)
+        self.linear(att.q, i, st.name, rows)
+        if not (cross and t.cross_cached):  # decode: the encoder output's K and V were projected once and cached
+            # k and v read the same input as q (self) or the encoder output (cross, kept once).
+            kv_rows = B * tk if cross else rows
+            self.linear(att.k, i, st.name, kv_rows, saves_input=cross and i == 0)
+            self.linear(att.v, i, st.name, kv_rows, saves_input=False)
+        if att.rope:
+            self.elementwise(att.path + ".rope", "rope", i, st.name, B * tq * (H + Hkv) * dh, O.ROPE_FLOPS_PER_ELEMENT,
+                             shapes=f"q [{B}, {H}, {tq}, {dh}], k [{B}, {Hkv}, {tq}, {dh}]")
+        # Query-key pairs the FLOP count charges: all of them (what the reference path computes),
+        # or under 'causal' accounting only those the causal mask allows.
+        pairs = tq * tk
+        if w.attention_flops == "causal" and st.causal and not cross:
+            pairs = tq * (tk - tq) + tq * (tq + 1) // 2
+        masked = (st.causal and tq > 1) or st.positions.score_bias
+        call = AttentionCall(
+            path=att.path, layer=i, stack=st.name, batch=B, heads=H, kv_heads=Hkv, head_dim=dh, tq=tq, tk=tk,
+            pairs=pairs, act_bytes=a, extra_flops=1 if masked and not cross else 0,
+            # The K (or V) this layer holds in the KV cache; a bidirectional stack keeps none.
+            cache_bytes=B * Hkv * tk * dh * a if self.keep_cache and st.causal else 0,
+            dropout=self.c.attention_dropout if self.train else 0.0,
+        )
+        for op in attention_rows(w.attention_kind, call):
+            self.add(op)
+        self.linear(att.o, i, st.name, rows)
+        self.residual(att.path + ".residual", i, st.name, rows)
+
+    def mlp(self, spec: MLP, i: int, stack: str, rows: int) -> None:
+        c, a = self.c, self.a
+        f, gated = spec.up.d_out, spec.gate is not None
+        self.norm(spec.norm, i, stack, rows)
+        self.linear(spec.up, i, stack, rows)
+        if gated:
+            self.linear(spec.gate, i, stack, rows, saves_input=False)
+        elems = rows * f
+        per = O.ACTIVATION_FLOPS_PER_ELEMENT[spec.activation] + (1 if gated else 0)  # + the gating multiply
+        # Saved: the activation's input; gated also the up output and the activation output (for the product).
+        saved = elems * a * (3 if gated else 1) + self.dropout_mask(c.activation_dropout, elems)
+        self.elementwise(spec.path + ".act", "activation", i, stack, elems, per, reads=2 if gated else 1,
+                         saved=saved, shapes=f"[{rows}, {f}] {spec.activation}" + (" * up" if gated else ""))
+        self.linear(spec.down, i, stack, rows)
+        self.residual(spec.path + ".residual", i, stack, rows)
+
+    def residual(self, name, i, stack, rows) -> None:
+        elems = rows * self.c.d_model
+        self.elementwise(name, "residual", i, stack, elems, 1, reads=2,
+                         saved=self.dropout_mask(self.c.dropout, elems), shapes=f"[{rows}, {self.c.d_model}] + same")
+
+    def heads(self, arch: Architecture, rows: int) -> None:
+        B, d = self.w.batch, self.c.d_model
+        if arch.pooler:  # on the first token of each sequence
+            op = self.linear(arch.pooler, None, "", B)
+            op.other_flops += B * d * O.ACTIVATION_FLOPS_PER_ELEMENT["gelu"]  # tanh, costed like gelu
+        if arch.mlm_head:
+            head = arch.mlm_head
+            self.linear(head.dense, None, "", rows)
+            self.elementwise(head.path + ".act", "activation", None, "", rows * d,
+                             O.ACTIVATION_FLOPS_PER_ELEMENT[head.activation], saved=rows * d * self.a)
+            self.norm(head.norm, None, "", rows)
+            self.loss(self.linear(head.decoder, None, "", rows))
+        if arch.lm_head:
+            op = self.linear(arch.lm_head.linear, None, "", rows)
+            if arch.lm_head.rescale:
+                op.other_flops += rows * d  # hidden * d_model^-0.5 before the tied head (T5)
+            if arch.lm_head.logits_bias:
+                op.other_flops += rows * op.dims.n  # BART's logits bias (a buffer, not a parameter)
+            self.loss(op)
+
+    def loss(self, logits: Op) -> None:
+        """Cross-entropy over the logits ``logits`` writes (training only)."""
+        if not self.train:
+            return
+        rows, V, a = logits.dims.m, logits.dims.n, self.a
+        self.add(Op(name="loss", kind="loss", layer=None, phase="forward", stack="",
+                    shapes=f"cross-entropy over [{rows}, {V}]", other_flops=rows * V * O.CROSS_ENTROPY_FLOPS_PER_LOGIT,
+                    bytes_read=rows * V * a + rows * INDEX_BYTES, bytes_written=LOSS_BYTES,
+                    saved_bytes=rows * V * LOSS_BYTES))  # the fp32 log-probabilities
+
+    # Training ------------------------------------------------------------------------------------
+    def backward_and_optimizer(self) -> None:
+        """Backward: each matmul becomes two (gradient of the input and of the weight), so backward
+        matmul FLOPs are exactly 2x forward (what FlopCounterMode counts); element-wise backward work
+        and bytes are taken as 2x forward (a convention). Checkpointing adds one recomputed forward
+        of every layer. The optimizer touches every parameter once."""
+        w = self.w
+        forward = list(self.ops)
+        if w.checkpointing:
+            for op in forward:
+                if op.layer is not None:
+                    self.ops.append(replace(op, phase="recompute", params=0, embedding_params=0, saved_bytes=0,
+                                            scores_bytes=0, cache_bytes=0))
+        for op in reversed(forward):
+            self.ops.append(replace(
+                op, phase="backward", matmul_flops=2 * op.matmul_flops, other_flops=O.BACKWARD_OTHER_FACTOR * op.other_flops,
+                bytes_read=2 * op.bytes_read, bytes_written=2 * op.bytes_written, params=0, embedding_params=0,
+                saved_bytes=0, scores_bytes=0, cache_bytes=0, weight_bytes=2 * op.weight_bytes))
+        per_param = optimizer_bytes_per_param(w)
+        flops_per = OPTIMIZER_FLOPS_PER_PARAM[w.optimizer]
+        for op in forward:
+            if op.params:
+                self.ops.append(Op(
+                    name=op.name, kind="optimizer", layer=op.layer, phase="optimizer", stack=op.stack,
+                    shapes=f"{op.params} params ({w.optimizer})", other_flops=op.params * flops_per,
+                    bytes_read=op.params * per_param["read"], bytes_written=op.params * per_param["written"]))
