@@ -104,3 +104,16 @@ def test_import_tformer_stays_torch_free_and_exports_load_config():
             "assert 'torch' not in sys.modules, 'torch imported'; tformer.load_hf; assert 'torch' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert tformer.load_config is load_config
+
+
+def test_train_and_report_read_configs_through_the_same_loader(tmp_path):
+    from tformer.train.setup import base_config
+
+    (tmp_path / "config.json").write_text(json.dumps(GPT2_HF))
+    assert base_config(None, None, str(tmp_path), ["n_layers=3"]) == load_config(tmp_path, overrides=["n_layers=3"])
+    assert base_config(None, str(tmp_path / "config.json"), None, []) == load_config(tmp_path)
+    assert base_config("gpt2", None, None, ["d_ff=10"]) == preset("gpt2", d_ff=10)
+    with pytest.raises(TformerError, match="does not exist"):
+        base_config(None, "gpt2", None, [])  # --config names a file, never a preset
+    with pytest.raises(TformerError, match="give one of --preset, --config or --hf"):
+        base_config("gpt2", str(tmp_path), None, [])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from tformer.core.atomic import atomic_path
 from tformer.core.errors import TformerError
 
 # Characters a tick label cannot show as themselves; visible stand-ins keep "a b" from reading "ab".
@@ -122,7 +123,8 @@ def save_attention_heatmaps(model, tokenizer, sentence: str, out_dir, layer: int
     for m in attention_maps(model, tokenizer, sentence, layer, max_heads):
         path = out_dir / f"layer{m.layer + 1}_head{m.head + 1}.{fmt}"
         try:
-            heatmap_figure(m).savefig(path, format=fmt, dpi=100)
+            with atomic_path(path) as tmp:
+                heatmap_figure(m).savefig(tmp, format=fmt, dpi=100)
         except OSError as exc:
             raise TformerError(f"cannot write {path}: {exc.strerror or exc}") from None
         paths.append(path)
