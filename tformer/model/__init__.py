@@ -10,6 +10,7 @@ from tformer.model.decoder import DecoderLM
 from tformer.model.encoder import EncoderModel
 from tformer.model.encoder_decoder import EncoderDecoderModel
 from tformer.model.init import init_weights
+from tformer.model.runners import Batch, Runner, runner_for
 
 ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel}
 
@@ -26,4 +27,4 @@ def build(config, device=None, dtype=None, init: bool = True) -> TransformerMode
     return model
 
 
-__all__ = ["build", "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel"]
+__all__ = ["build", "runner_for", "Runner", "Batch", "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel"]
