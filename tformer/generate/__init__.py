@@ -22,9 +22,9 @@ from tformer.generate.search import (
     GenerationOutput,
     generate,
     pad_batch,
-    positions_from_mask,
     stream,
 )
+from tformer.model.runners import positions_from_mask
 
 __all__ = [
     "generate", "stream", "GenerationConfig", "GenerationOutput",

@@ -30,7 +30,7 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
 from tformer.model.base import TransformerModel
-from tformer.model.runners import Cache, Runner, positions_from_mask, runner_for
+from tformer.model.runners import Cache, Runner, runner_for
 
 # The "impossible" score of beam search. A large finite number rather than -inf, because the
 # reference (Hugging Face `generate`) uses exactly this and its edge cases (a batch item whose
