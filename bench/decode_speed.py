@@ -37,9 +37,9 @@ import torch
 import tformer
 from tformer.core.config import preset
 from tformer.cost.ledger import Workload
-from tformer.generate import DecoderOnlyState, generate
+from tformer.generate import generate
 from tformer.measure.step import time_skeleton
-from tformer.model import build
+from tformer.model import build, runner_for
 
 
 # Machine ------------------------------------------------------------------------------------
@@ -140,23 +140,24 @@ def step_times(model, batch, context, steps, repeats):
     token = torch.zeros(batch, dtype=torch.long)
     best_cached = best_uncached = float("inf")
     kv_bytes = 0
+    runner = runner_for(model)
     with torch.no_grad():
         for rep in range(repeats):
             # Cached: prefill context - steps tokens, then time the steps that bring it to context.
-            cached = DecoderOnlyState(model, ids[:, : context - steps], mask[:, : context - steps], True, context + 1)
-            cached.start()
-            cached.advance(token)  # warm the step path
+            cached = runner.new_cache(batch, context + 1)
+            runner.prefill(cached, ids[:, : context - steps], mask[:, : context - steps])
+            runner.step(cached, token)  # warm the step path
             t = time.perf_counter()
             for _ in range(steps - 1):
-                cached.advance(token)
+                runner.step(cached, token)
             best_cached = min(best_cached, (time.perf_counter() - t) / (steps - 1))
-            kv_bytes = cached.cache.nbytes
+            kv_bytes = cached.nbytes
             # Uncached: a step at context n reruns the model over all n tokens (last logits only).
             # Seconds long at large n, so its noise is small: one timing is enough there.
             if rep == 0 or context <= 256:
-                uncached = DecoderOnlyState(model, ids, mask, False, None)
+                uncached = runner.new_cache(batch, kv=False)
                 t = time.perf_counter()
-                uncached.start()
+                runner.prefill(uncached, ids, mask)
                 best_uncached = min(best_uncached, time.perf_counter() - t)
     return best_cached, best_uncached, kv_bytes
 

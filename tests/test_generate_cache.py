@@ -1,8 +1,8 @@
 """The KV cache never changes what generation produces.
 
-tests/test_kv_cache_model.py feeds the model fixed tokens step by step; here the decoding states
-that `generate` uses are driven by the tokens they choose themselves, with left-padded batches,
-both cache layouts, GQA, and every position scheme, and compared with the recompute-everything
+tests/test_kv_cache_model.py feeds the model fixed tokens step by step; here the runners'
+prefill and step, which `generate` uses, are driven by the tokens they choose themselves, with
+left-padded batches, both cache layouts, GQA, and every position scheme, and compared with the recompute-everything
 path at every step.
 """
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tformer.core.config import ModelConfig
-from tformer.generate import DecoderOnlyState, EncoderDecoderState, generate, pad_batch
-from tformer.model import build
+from tformer.generate import generate, pad_batch
+from tformer.model import build, runner_for
 
 POSITIONS = ["learned", "sinusoidal", "rope", "alibi", "relative"]
 PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]  # different lengths: the batch is left-padded
@@ -33,15 +33,19 @@ def model_for(arch, position, **kw):
 
 
 def _states(model, static):
-    if model.config.arch == "decoder":
+    """(runner, cache with KV, cache without, prefill(cache) -> logits) for PROMPTS."""
+    runner = runner_for(model)
+    if runner.takes_source:
+        src, src_mask = pad_batch(PROMPTS, 0, "right")
+        start = torch.zeros(len(PROMPTS), 1, dtype=torch.long)
+        prefix = 1
+        prefill = lambda c: runner.prefill(c, start, source=src, source_mask=src_mask)
+    else:
         ids, mask = pad_batch(PROMPTS, 0, "left")
-        length = ids.shape[1] + STEPS if static else None
-        return DecoderOnlyState(model, ids, mask, True, length), DecoderOnlyState(model, ids, mask, False, None)
-    src, src_mask = pad_batch(PROMPTS, 0, "right")
-    start = torch.zeros(len(PROMPTS), 1, dtype=torch.long)
-    length = 1 + STEPS if static else None
-    return (EncoderDecoderState(model, src, src_mask, start, True, length),
-            EncoderDecoderState(model, src, src_mask, start, False, None))
+        prefix = ids.shape[1]
+        prefill = lambda c: runner.prefill(c, ids, mask)
+    cached = runner.new_cache(len(PROMPTS), prefix + STEPS if static else None)
+    return runner, cached, runner.new_cache(len(PROMPTS), kv=False), prefill
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["growing", "static"])
@@ -49,15 +53,16 @@ def _states(model, static):
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
 def test_cached_logits_equal_uncached_at_every_step(arch, position, static):
     model = model_for(arch, position)
-    cached, uncached = _states(model, static)
+    runner, cached, uncached, prefill = _states(model, static)
     with torch.no_grad():
-        a, b = cached.start(), uncached.start()
+        a, b = prefill(cached), prefill(uncached)
         for step in range(STEPS):
             assert torch.allclose(a, b, atol=1e-5, rtol=0), f"step {step}: max diff {(a - b).abs().max():.2e}"
             tokens = a.argmax(-1)
-            a, b = cached.advance(tokens), uncached.advance(tokens)
-    assert cached.cache.static == static
-    assert cached.cache.length == cached.ids.shape[1]  # every token read so far, padding included, is cached
+            a, b = runner.step(cached, tokens), runner.step(uncached, tokens)
+    assert cached.kv.static == static
+    assert uncached.kv is None and uncached.nbytes == 0
+    assert cached.kv.length == uncached.ids.shape[1]  # every token read so far, padding included, is cached
 
 
 @pytest.mark.parametrize("position", POSITIONS)

@@ -63,7 +63,7 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
 
     con = console()
     c, w = lg.config, lg.workload
-    shape = f"{w.batch} x {w.seq}" + (f" -> {w.seq_decoder or w.seq}" if c.arch == "encoder-decoder" and w.phase != "decode" else "")
+    shape = f"{w.batch} x {w.seq}" + (f" -> {w.seq_decoder or w.seq}" if c.traits.seq2seq and w.phase != "decode" else "")
     ctx = f", context {w.decode_context}" if w.phase == "decode" else ""
     con.print(f"[bold]{getattr(c, 'name', 'custom')}[/] ({c.arch}) · {w.phase} · batch x seq {shape}{ctx} · {w.dtype}"
               + (f" · {w.optimizer}" if w.training else ""))

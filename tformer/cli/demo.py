@@ -18,7 +18,7 @@ def run(args) -> int:
 
     from tformer.core.config import preset
     from tformer.core.errors import TformerError
-    from tformer.model import build
+    from tformer.model import build, runner_for
 
     config = preset(args.preset).with_overrides(args.set)
     if args.batch < 1 or args.seq < 1:
@@ -26,10 +26,11 @@ def run(args) -> int:
     model = build(config).eval()
     torch.manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (args.batch, args.seq))
-    kwargs = {"decoder_input_ids": ids} if config.arch == "encoder-decoder" else {}
+    runner = runner_for(model)
+    batch = runner.example_batch(ids, ids)
     start = time.perf_counter()
     with torch.no_grad():
-        out = model(ids, **kwargs)
+        out = runner.forward(batch)
     elapsed = time.perf_counter() - start
     result = out.logits if out.logits is not None else out.last_hidden_state
     print(f"{config.name}: {config.arch}, {model.num_parameters():,} parameters")

@@ -40,6 +40,6 @@ def run(args) -> int:
     n = sum(p.numel() for p in model.parameters())
     print(f"exported {model.config.name} ({n:,} parameters) as a Hugging Face {model_type} model{with_tokenizer} "
           f"to {out}")
-    print(f"load it with: transformers.AutoModel{'ForCausalLM' if model.config.arch == 'decoder' else ''}"
+    print(f"load it with: transformers.AutoModel{'' if model.config.has_encoder else 'ForCausalLM'}"
           f".from_pretrained({str(out)!r})")
     return 0

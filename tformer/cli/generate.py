@@ -194,14 +194,14 @@ def report(out, rows, tokenizer, cfg, as_json: bool, label: str, streamed: bool 
 def warm_up(model) -> None:
     """One tiny forward pass first, so one-time library set-up (kernel selection, thread pools,
     lazy allocations) is not billed to the prefill tokens/s that we print."""
-    import torch
+    import torch  # deferred, with the runner: the CLI starts without torch
 
+    from tformer.model.runners import runner_for
+
+    runner = runner_for(model)
     with torch.no_grad():
-        ids = torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device)
-        if model.config.arch == "encoder-decoder":
-            model(ids, decoder_input_ids=ids)
-        else:
-            model(ids)
+        ids = torch.zeros(1, 1, dtype=torch.long, device=runner.device)
+        runner.forward(runner.example_batch(ids, ids))
 
 
 def run(args) -> int:
@@ -212,11 +212,12 @@ def run(args) -> int:
 
     cfg = generation_config(args)
     model, tokenizer, label = load_source(args)
-    if model.config.arch == "encoder":
-        raise TformerError(f"{label} is an encoder-only model (no decoder); it cannot generate text. "
+    traits = model.config.traits
+    if not traits.decoder:
+        raise TformerError(f"{label} is {traits.label}; it cannot generate text. "
                            "Use a decoder or encoder-decoder checkpoint")
-    if model.config.arch == "encoder-decoder":
-        raise TformerError(f"{label} is an encoder-decoder model; use `tformer translate` for it")
+    if traits.seq2seq:
+        raise TformerError(f"{label} is {traits.label}; use `tformer translate` for it")
     rows, _ = prompt_rows(args, tokenizer)
 
     # One prompt, no beams, plain output: print tokens as they arrive.

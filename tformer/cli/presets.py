@@ -34,7 +34,7 @@ def run(args) -> int:
     for col in ("preset", "arch", "layers", "d_model", "heads (kv)", "d_ff", "vocab", "context", "position", "params"):
         table.add_column(col, justify="right" if col not in ("preset", "arch", "position") else "left")
     for name, c, params in rows:
-        layers = f"{c.n_layers}+{c.n_decoder_layers}" if c.arch == "encoder-decoder" else str(c.n_layers)
+        layers = f"{c.n_layers}+{c.n_decoder_layers}" if c.traits.seq2seq else str(c.n_layers)
         table.add_row(name, c.arch, layers, str(c.d_model), f"{c.n_heads} ({c.n_kv_heads})", str(c.d_ff),
                       f"{c.vocab_size:,}", str(c.max_positions), c.position, f"{params:,}")
     Console().print(table)

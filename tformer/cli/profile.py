@@ -42,7 +42,7 @@ def _workloads(args, config):
         raise TformerError(f"--seq must be at least 1, got {seq}")
     phases = [args.phase]
     if args.phase == "all":
-        phases = ["train", "forward"] if config.arch == "encoder" else ["train", "prefill", "decode"]
+        phases = list(config.traits.compared_phases)
     out = []
     for phase in phases:
         batch = args.batch if args.batch is not None else (1 if phase == "decode" else 8)

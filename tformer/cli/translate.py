@@ -33,10 +33,10 @@ def run(args) -> int:
         args.greedy = True
     cfg = generation_config(args)
     model, tokenizer, label = load_source(args)
-    if model.config.arch != "encoder-decoder":
-        what = "an encoder-only model (no decoder)" if model.config.arch == "encoder" else "a decoder-only model"
-        raise TformerError(f"{label} is {what}; translate needs an encoder-decoder checkpoint"
-                           + (" (use `tformer generate` for it)" if model.config.arch == "decoder" else ""))
+    traits = model.config.traits
+    if not traits.seq2seq:
+        raise TformerError(f"{label} is {traits.label}; translate needs an encoder-decoder checkpoint"
+                           + (" (use `tformer generate` for it)" if traits.decoder else ""))
     src_tok, tgt_tok = _pair_tokenizers(args, tokenizer)
     if args.source_ids:
         rows = [parse_ids(t, "--source-ids") for t in args.source_ids]

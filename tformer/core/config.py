@@ -15,7 +15,50 @@ from typing import Any
 
 from tformer.core.errors import TformerError
 
-ARCHS = ("decoder", "encoder", "encoder-decoder")
+
+
+@dataclass(frozen=True)
+class ArchTraits:
+    """What an architecture has. Code outside model/ and cost/ asks these, never the arch's name,
+    so a new architecture is one row here (plus its model file and runner)."""
+
+    encoder: bool  # a bidirectional stack that reads the whole input
+    decoder: bool  # a causal stack that generates tokens
+    objective: str  # what it trains on: causal (next token), mlm (masked tokens), seq2seq (teacher forcing)
+    label: str  # what it is, for messages: "... is {label}"
+    # Phases a step can run, and the ones `tformer profile --phase all` and the report compare
+    # (where there is a prefill it stands for the plain forward pass).
+    phases: tuple[str, ...]
+    compared_phases: tuple[str, ...]
+    fields: frozenset[str] = frozenset()  # the architecture-specific config fields it accepts
+
+    @property
+    def seq2seq(self) -> bool:
+        """Reads a source and generates a target (the prompt is the source, not the decoder's prefix)."""
+        return self.encoder and self.decoder
+
+
+_DECODING = ("forward", "train", "prefill", "decode")
+ARCH_TRAITS = {
+    "decoder": ArchTraits(encoder=False, decoder=True, objective="causal", label="a decoder-only model",
+                          phases=_DECODING, compared_phases=("train", "prefill", "decode")),
+    "encoder": ArchTraits(encoder=True, decoder=False, objective="mlm", label="an encoder-only model (no decoder)",
+                          phases=("forward", "train"), compared_phases=("train", "forward"),
+                          fields=frozenset({"type_vocab_size", "pooler", "lm_head"})),
+    "encoder-decoder": ArchTraits(encoder=True, decoder=True, objective="seq2seq", label="an encoder-decoder model",
+                                  phases=_DECODING, compared_phases=("train", "prefill", "decode"),
+                                  fields=frozenset({"n_decoder_layers"})),
+}
+ARCHS = tuple(ARCH_TRAITS)
+# Architecture-specific fields: (is it in use?, the error when the architecture does not accept it).
+ARCH_FIELDS = {
+    "n_decoder_layers": (lambda c: c.n_decoder_layers is not None,
+                         "n_decoder_layers only applies to arch='encoder-decoder'; use n_layers instead"),
+    "type_vocab_size": (lambda c: bool(c.type_vocab_size),
+                        "type_vocab_size (segment embeddings) only applies to arch='encoder'"),
+    "pooler": (lambda c: bool(c.pooler), "pooler only applies to arch='encoder'"),
+    "lm_head": (lambda c: not c.lm_head, "a {arch} model needs its LM head; lm_head=false is only for encoders"),
+}
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
@@ -38,7 +81,7 @@ MLP_SHORTHANDS = {
 DERIVED = {
     "n_kv_heads": lambda c: c.n_heads,  # multi-head attention: one key/value head per query head
     "head_dim": lambda c: c.d_model // c.n_heads,
-    "n_decoder_layers": lambda c: c.n_layers if c.arch == "encoder-decoder" else None,
+    "n_decoder_layers": lambda c: c.n_layers if c.traits.seq2seq else None,
 }
 
 
@@ -113,12 +156,16 @@ class ModelConfig:
             setattr(self, name, DERIVED[name](self))
 
     @property
+    def traits(self) -> ArchTraits:
+        return ARCH_TRAITS[self.arch]
+
+    @property
     def has_encoder(self) -> bool:
-        return self.arch in ("encoder", "encoder-decoder")
+        return self.traits.encoder
 
     @property
     def has_decoder(self) -> bool:
-        return self.arch in ("decoder", "encoder-decoder")
+        return self.traits.decoder
 
     # Validation --------------------------------------------------------------------
     def validate(self) -> None:
@@ -169,14 +216,9 @@ class ModelConfig:
                 raise TformerError(f"{name} must be in [0, 1), got {p}")
         if self.norm_eps <= 0:
             raise TformerError(f"norm_eps must be positive, got {self.norm_eps}")
-        if self.n_decoder_layers is not None and self.arch != "encoder-decoder":
-            raise TformerError("n_decoder_layers only applies to arch='encoder-decoder'; use n_layers instead")
-        if self.type_vocab_size and self.arch != "encoder":
-            raise TformerError("type_vocab_size (segment embeddings) only applies to arch='encoder'")
-        if self.pooler and self.arch != "encoder":
-            raise TformerError("pooler only applies to arch='encoder'")
-        if self.arch != "encoder" and not self.lm_head:
-            raise TformerError(f"a {self.arch} model needs its LM head; lm_head=false is only for encoders")
+        for name, (in_use, message) in ARCH_FIELDS.items():
+            if in_use(self) and name not in self.traits.fields:
+                raise TformerError(message.format(arch=self.arch))
         # A bidirectional stack halves the buckets, then keeps half of those for exact offsets:
         # fewer than 4 leaves no exact bucket and the log-spaced formula divides by zero.
         if self.relative_attention_num_buckets < 4 and self.position == "relative":

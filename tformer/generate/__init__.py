@@ -18,18 +18,16 @@ from tformer.generate.sampling import (
     top_p_filter,
 )
 from tformer.generate.search import (
-    DecoderOnlyState,
-    EncoderDecoderState,
     GenerationConfig,
     GenerationOutput,
     generate,
     pad_batch,
-    positions_from_mask,
     stream,
 )
+from tformer.model.runners import positions_from_mask
 
 __all__ = [
-    "generate", "stream", "GenerationConfig", "GenerationOutput", "DecoderOnlyState", "EncoderDecoderState",
+    "generate", "stream", "GenerationConfig", "GenerationOutput",
     "pad_batch", "positions_from_mask", "apply_temperature", "top_k_filter", "top_p_filter", "min_p_filter",
     "repetition_penalty", "process_logits", "sample",
 ]

@@ -1,12 +1,12 @@
 """Decoding: greedy, sampling and beam search, for decoder-only and encoder-decoder models.
 
-Every strategy drives the model through one small interface, a *decoding state*:
+Every strategy drives the model through its runner (tformer.model.runners) and a cache record:
 
-    start()          run the prompt (prefill; for an encoder-decoder also the encoder) -> logits (N, V)
-    advance(tokens)  feed one new token per row -> logits (N, V) for the next position
-    reorder(index)   keep rows ``index`` (beam search picks which hypotheses survive)
+    runner.prefill(cache, ...)       run the prompt (for an encoder-decoder also the encoder) -> logits (N, V)
+    runner.step(cache, tokens)       feed one new token per row -> logits (N, V) for the next position
+    runner.reorder(cache, index)     keep rows ``index`` (beam search picks which hypotheses survive)
 
-With the KV cache, ``advance`` runs the model on the single new token and reads every earlier
+With the KV cache, ``step`` runs the model on the single new token and reads every earlier
 key and value from the cache: O(n) work per token. Without it (``use_cache=False``) it runs the
 whole sequence again and keeps only the last position's logits: O(n^2) work per token. The two
 must give the same tokens; the tests hold them equal.
@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable, Iterator, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
+from tformer.model.base import TransformerModel
+from tformer.model.runners import Cache, Runner, runner_for
 
 # The "impossible" score of beam search. A large finite number rather than -inf, because the
 # reference (Hugging Face `generate`) uses exactly this and its edge cases (a batch item whose
@@ -141,11 +143,6 @@ def pad_batch(rows: list[list[int]], pad: int, side: str, device=None) -> tuple[
     return ids.to(device), mask.to(device)
 
 
-def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Each real token's index among its row's real tokens; padding gets 0 (it is masked anyway)."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
-
-
 def _stop_matrix(stop_tokens, batch: int, vocab: int, device) -> torch.Tensor:
     """(B, V) bool: True where token v ends row b. Accepts an id, a list, or one list per row."""
     if stop_tokens is None:
@@ -165,85 +162,14 @@ def _stop_matrix(stop_tokens, batch: int, vocab: int, device) -> torch.Tensor:
     return matrix.to(device)
 
 
-# Decoding states ----------------------------------------------------------------------------
-class DecoderOnlyState:
-    """A decoder-only model plus what it has read so far (ids, mask, positions, cache)."""
-
-    def __init__(self, model, ids: torch.Tensor, mask: torch.Tensor, use_cache: bool, cache_length: int | None):
-        self.model, self.ids, self.mask = model, ids, mask
-        self.padded = not bool(mask.all())
-        self.positions = positions_from_mask(mask)
-        self.use_cache = use_cache
-        self.cache = model.new_cache(max_length=cache_length) if use_cache else None
-
-    def _run(self, ids, positions):
-        out = self.model(ids, attention_mask=self.mask if self.padded else None, position_ids=positions,
-                         past_key_values=self.cache, logits_to_keep=1)
-        return out.logits[:, -1]
-
-    def start(self) -> torch.Tensor:
-        return self._run(self.ids, self.positions)
-
-    def advance(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.ids = torch.cat([self.ids, tokens[:, None]], dim=1)
-        if self.padded:  # without padding the mask is never passed to the model: skip its upkeep
-            self.mask = F.pad(self.mask, (0, 1), value=1)  # the new token is real in every row
-        self.positions = torch.cat([self.positions, self.positions[:, -1:] + 1], dim=1)
-        if self.use_cache:
-            return self._run(tokens[:, None], self.positions[:, -1:])
-        return self._run(self.ids, self.positions)  # no cache: the whole prefix again
-
-    def reorder(self, index: torch.Tensor) -> None:
-        self.ids, self.positions = self.ids[index], self.positions[index]
-        if self.padded:
-            self.mask = self.mask[index]
-        if self.cache is not None:
-            self.cache.reorder(index)
-
-    expand = reorder  # rows are independent: repeating a row for beams is the same gather
-
-
-class EncoderDecoderState:
-    """An encoder-decoder model: the source is encoded once; the decoder reads its output (memory)."""
-
-    def __init__(self, model, src: torch.Tensor, src_mask: torch.Tensor, start: torch.Tensor,
-                 use_cache: bool, cache_length: int | None):
-        self.model, self.src, self.src_mask = model, src, (None if bool(src_mask.all()) else src_mask)
-        self.ids = start  # (N, t) decoder tokens so far, beginning with the start token
-        self.use_cache = use_cache
-        self.cache = model.new_cache(max_length=cache_length) if use_cache else None
-        self.memory = None
-
-    def _run(self, ids):
-        logits, _, _, _ = self.model.decode(ids, self.memory, self.src_mask, cache=self.cache, logits_to_keep=1)
-        return logits[:, -1]
-
-    def start(self) -> torch.Tensor:
-        self.memory, _ = self.model.encode(self.src, self.src_mask)
-        return self._run(self.ids)
-
-    def advance(self, tokens: torch.Tensor) -> torch.Tensor:
-        self.ids = torch.cat([self.ids, tokens[:, None]], dim=1)
-        return self._run(tokens[:, None] if self.use_cache else self.ids)
-
-    def reorder(self, index: torch.Tensor) -> None:
-        # Beams of one input share its memory and only move within their group, so memory stays.
-        self.ids = self.ids[index]
-        if self.cache is not None:
-            self.cache.reorder(index)
-
-    def expand(self, index: torch.Tensor) -> None:
-        self.memory = self.memory[index]
-        if self.src_mask is not None:
-            self.src_mask = self.src_mask[index]
-        self.reorder(index)
-
-
 # Strategies ---------------------------------------------------------------------------------
 @dataclass
 class _Run:
-    """What a strategy needs besides the state, and what it reports back."""
+    """What a strategy needs, and what it reports back."""
 
+    runner: Runner
+    cache: Cache
+    prefill: Callable[[], torch.Tensor]  # reads the prompt into the cache -> (N, V) logits
     config: GenerationConfig
     max_new: int
     stop: torch.Tensor  # (B, V) bool
@@ -273,11 +199,11 @@ def _pick(logits: torch.Tensor, run: _Run) -> torch.Tensor:
     return sampling.sample(logits, run.generator)
 
 
-def _token_steps(state, run: _Run) -> Iterator[torch.Tensor]:
+def _token_steps(run: _Run) -> Iterator[torch.Tensor]:
     """Greedy or sampling: yield each step's (B,) tokens; finished rows get the pad token."""
-    device = state.ids.device
+    device = run.runner.device
     t0 = time.perf_counter()
-    logits = state.start()
+    logits = run.prefill()
     _sync(device)
     t1 = time.perf_counter()
     run.prefill_seconds = t1 - t0
@@ -294,13 +220,13 @@ def _token_steps(state, run: _Run) -> Iterator[torch.Tensor]:
         paused += time.perf_counter() - p0
         if step == run.max_new - 1 or bool(finished.all()):
             break
-        logits = state.advance(tokens)
+        logits = run.runner.step(run.cache, tokens)
         run.decode_steps += 1
     _sync(device)
     run.decode_seconds = time.perf_counter() - t1 - paused
 
 
-def _beam_search(state, batch: int, run: _Run):
+def _beam_search(batch: int, run: _Run):
     """Beam search with Hugging Face's rules, so outputs can be compared token for token.
 
     - Each step ranks all beams x vocabulary continuations by summed log-probability and keeps
@@ -316,14 +242,15 @@ def _beam_search(state, batch: int, run: _Run):
     Returns (best tokens (B, max_new), their lengths (B,), their scores (B,)).
     """
     cfg, K, max_new = run.config, run.config.num_beams, run.max_new
-    device = state.ids.device
+    runner, cache = run.runner, run.cache
+    device = runner.device
     t0 = time.perf_counter()
-    logits = state.start()  # prefill once per input, then copy each row to its K beams
+    logits = run.prefill()  # prefill once per input, then copy each row to its K beams
     _sync(device)
     t1 = time.perf_counter()
     run.prefill_seconds = t1 - t0
     expand = torch.arange(batch, device=device).repeat_interleave(K)
-    state.expand(expand)
+    runner.expand(cache, expand)
     logits = logits[expand]
     if run.seen is not None:
         run.seen = run.seen[expand]
@@ -391,11 +318,11 @@ def _beam_search(state, batch: int, run: _Run):
         if cfg.early_stopping is True and bool(done_flags.all()):
             break
         index = (group + source_beam).view(-1)
-        state.reorder(index)
+        runner.reorder(cache, index)
         if run.seen is not None:
             run.seen = run.seen[index]
             run.seen[torch.arange(index.numel(), device=device), running[:, :, step].reshape(-1)] = True
-        logits = state.advance(running[:, :, step].reshape(-1))
+        logits = runner.step(cache, running[:, :, step].reshape(-1))
         run.decode_steps += 1
     _sync(device)
     run.decode_seconds = time.perf_counter() - t1
@@ -403,60 +330,71 @@ def _beam_search(state, batch: int, run: _Run):
 
 
 # Entry points -------------------------------------------------------------------------------
-def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: GenerationConfig | None, overrides):
-    """Check everything, build the state and the run record. Returns (state, run, batch, info)."""
-    from tformer.model.base import TransformerModel
+def _fit_prefix(rows, cfg: GenerationConfig, limit: int, info: dict) -> tuple[list[list[int]], int]:
+    """A decoder-only prompt continues the decoder's own text: keep its end if it is too long.
+    Returns (rows, decoder tokens before the first new one)."""
+    longest = max(len(r) for r in rows)
+    if longest > limit:
+        if not cfg.truncate:
+            raise TformerError(f"prompt of {longest} tokens is longer than the context window of {limit}; "
+                               "shorten it or pass --truncate to keep its last tokens")
+        keep = max(1, limit - cfg.max_new_tokens)
+        rows = [r[-keep:] for r in rows]
+        info["truncated"] = True
+    prefix = max(len(r) for r in rows)  # the padded batch shares one cache length
+    if limit - prefix < 1:
+        raise TformerError(f"the prompt fills the whole context window of {limit} tokens; nothing can be "
+                           "generated. Shorten it or pass --truncate")
+    return rows, prefix
 
+
+def _fit_source(rows, decoder_input_ids, mc, cfg: GenerationConfig, limit: int, info: dict):
+    """A seq2seq prompt is the source (keep its start if too long); the decoder starts from
+    ``decoder_input_ids`` or the start token. Returns (source rows, decoder start rows)."""
+    longest = max(len(r) for r in rows)
+    if longest > limit:
+        if not cfg.truncate:
+            raise TformerError(f"source of {longest} tokens is longer than the context window of {limit}; "
+                               "shorten it or pass --truncate to keep its first tokens")
+        rows = [r[:limit] for r in rows]
+        info["truncated"] = True
+    if decoder_input_ids is not None:
+        start_rows = _rows(decoder_input_ids, None)
+        if len(start_rows) == 1 and len(rows) > 1:
+            start_rows = start_rows * len(rows)
+        if len({len(r) for r in start_rows}) != 1 or len(start_rows) != len(rows) or not start_rows[0]:
+            raise TformerError("decoder_input_ids must give one non-empty row per source, all the same length")
+    else:
+        if mc.decoder_start_token_id is None:
+            raise TformerError("decoder_start_token_id is not set in the model config; pass decoder_input_ids")
+        start_rows = [[mc.decoder_start_token_id]] * len(rows)
+    if limit - len(start_rows[0]) < 1:
+        raise TformerError(f"decoder_input_ids already fill the context window of {limit} tokens")
+    return rows, start_rows
+
+
+def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: GenerationConfig | None, overrides):
+    """Check everything, build the cache and the run record. Returns (run, batch, info)."""
     if not isinstance(model, TransformerModel):
         raise TformerError(f"generate needs a tformer model, got {type(model).__name__}")
+    runner = runner_for(model)
     mc = model.config
-    if not mc.has_decoder:
+    if not runner.generates:
         raise TformerError(f"this checkpoint is a {mc.arch} model with no decoder; it cannot generate text. "
                            "Use a decoder or encoder-decoder checkpoint")
     cfg = replace(config or GenerationConfig(), **overrides).validate()
-    device = next(model.parameters()).device
+    device = runner.device
     rows = _rows(input_ids, attention_mask)
     if any(len(r) == 0 for r in rows):
         raise TformerError("empty prompt: every sequence needs at least one token (give a BOS token to start from nothing)")
     limit = mc.max_positions
     info = {"truncated": False, "hit_context_limit": False}
-
-    if mc.arch == "decoder":
-        longest = max(len(r) for r in rows)
-        if longest > limit:
-            if not cfg.truncate:
-                raise TformerError(f"prompt of {longest} tokens is longer than the context window of {limit}; "
-                                   "shorten it or pass --truncate to keep its last tokens")
-            keep = max(1, limit - cfg.max_new_tokens)
-            rows = [r[-keep:] for r in rows]
-            info["truncated"] = True
-        room = limit - max(len(r) for r in rows)  # the padded batch shares one cache length
-        if room < 1:
-            raise TformerError(f"the prompt fills the whole context window of {limit} tokens; nothing can be "
-                               "generated. Shorten it or pass --truncate")
+    if runner.takes_source:
+        rows, start_rows = _fit_source(rows, decoder_input_ids, mc, cfg, limit, info)
+        prefix = len(start_rows[0])
     else:
-        longest = max(len(r) for r in rows)
-        if longest > limit:
-            if not cfg.truncate:
-                raise TformerError(f"source of {longest} tokens is longer than the context window of {limit}; "
-                                   "shorten it or pass --truncate to keep its first tokens")
-            rows = [r[:limit] for r in rows]
-            info["truncated"] = True
-        start_rows = None
-        if decoder_input_ids is not None:
-            start_rows = _rows(decoder_input_ids, None)
-            if len(start_rows) == 1 and len(rows) > 1:
-                start_rows = start_rows * len(rows)
-            if len({len(r) for r in start_rows}) != 1 or len(start_rows) != len(rows) or not start_rows[0]:
-                raise TformerError("decoder_input_ids must give one non-empty row per source, all the same length")
-        else:
-            if mc.decoder_start_token_id is None:
-                raise TformerError("decoder_start_token_id is not set in the model config; pass decoder_input_ids")
-            start_rows = [[mc.decoder_start_token_id]] * len(rows)
-        room = limit - len(start_rows[0])
-        if room < 1:
-            raise TformerError(f"decoder_input_ids already fill the context window of {limit} tokens")
-    max_new = min(cfg.max_new_tokens, room)
+        rows, prefix = _fit_prefix(rows, cfg, limit, info)
+    max_new = min(cfg.max_new_tokens, limit - prefix)
     info["hit_context_limit"] = max_new < cfg.max_new_tokens
 
     stop_tokens = cfg.stop_tokens if cfg.stop_tokens is not None else mc.eos_token_id
@@ -471,28 +409,25 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
     generator = None
     if cfg.seed is not None:
         generator = torch.Generator(device=device).manual_seed(cfg.seed)
-    cache_length = None
-    if cfg.use_cache and cfg.static_cache:
-        prefix = max(len(r) for r in rows) if mc.arch == "decoder" else len(start_rows[0])
-        cache_length = prefix + max_new
-
-    if mc.arch == "decoder":
-        ids, mask = pad_batch(rows, pad, "left", device)
-        state = DecoderOnlyState(model, ids, mask, cfg.use_cache, cache_length)
-        prefill_tokens = int(mask.sum())
-        history, history_mask = ids, mask
-    else:
+    cache_length = prefix + max_new if cfg.use_cache and cfg.static_cache else None
+    cache = runner.new_cache(len(rows), cache_length, kv=cfg.use_cache)
+    if runner.takes_source:
         src, src_mask = pad_batch(rows, mc.pad_token_id if mc.pad_token_id is not None else pad, "right", device)
         start = torch.tensor(start_rows, dtype=torch.long, device=device)
-        state = EncoderDecoderState(model, src, src_mask, start, cfg.use_cache, cache_length)
+        prefill = partial(runner.prefill, cache, start, source=src, source_mask=src_mask)
         prefill_tokens = int(src_mask.sum()) + start.numel()
         history, history_mask = start, None
+    else:
+        ids, mask = pad_batch(rows, pad, "left", device)
+        prefill = partial(runner.prefill, cache, ids, mask)
+        prefill_tokens = int(mask.sum())
+        history, history_mask = ids, mask
     seen = None
     if cfg.repetition_penalty != 1.0:  # the penalty looks at the decoder's text so far, prompt included
         seen = sampling.seen_tokens(history, mc.vocab_size, history_mask)
-    run = _Run(cfg, max_new, stop, pad, generator, seen)
+    run = _Run(runner, cache, prefill, cfg, max_new, stop, pad, generator, seen)
     info["prefill_tokens"] = prefill_tokens
-    return state, run, len(rows), info
+    return run, len(rows), info
 
 
 @torch.no_grad()
@@ -503,13 +438,13 @@ def stream(model, input_ids, attention_mask=None, *, config: GenerationConfig | 
     Rows that have stopped yield the pad token. Beam search cannot stream: which hypothesis wins
     is known only at the end.
     """
-    state, run, _, _ = _prepare(model, input_ids, attention_mask, decoder_input_ids, config, overrides)
+    run, _, _ = _prepare(model, input_ids, attention_mask, decoder_input_ids, config, overrides)
     if run.config.num_beams > 1:
         raise TformerError("streaming works with greedy decoding and sampling; beam search picks its output at the end")
     was_training = model.training
     model.eval()
     try:
-        yield from _token_steps(state, run)
+        yield from _token_steps(run)
     finally:
         model.train(was_training)
 
@@ -527,7 +462,7 @@ def generate(model, input_ids, attention_mask=None, *, config: GenerationConfig 
     ``generate(model, ids, max_new_tokens=20, num_beams=4)``. ``streamer`` is called with each
     step's (B,) tokens (greedy and sampling only).
     """
-    state, run, batch, info = _prepare(model, input_ids, attention_mask, decoder_input_ids, config, overrides)
+    run, batch, info = _prepare(model, input_ids, attention_mask, decoder_input_ids, config, overrides)
     cfg = run.config
     if streamer is not None and cfg.num_beams > 1:
         raise TformerError("streaming works with greedy decoding and sampling; beam search picks its output at the end")
@@ -537,7 +472,7 @@ def generate(model, input_ids, attention_mask=None, *, config: GenerationConfig 
         scores = None
         if cfg.num_beams == 1:
             steps = []
-            for tokens in _token_steps(state, run):
+            for tokens in _token_steps(run):
                 steps.append(tokens)
                 if streamer is not None:
                     streamer(tokens)
@@ -547,7 +482,7 @@ def generate(model, input_ids, attention_mask=None, *, config: GenerationConfig 
                 ends = [i for i, t in enumerate(row) if bool(run.stop[b, t])]
                 sequences.append(row[: ends[0] + 1] if ends else row)
         else:
-            best, lengths, scores = _beam_search(state, batch, run)
+            best, lengths, scores = _beam_search(batch, run)
             sequences = [row[:n] for row, n in zip(best.tolist(), lengths.tolist())]
             width = max(len(s) for s in sequences)
             tokens = best[:, :width]
@@ -559,5 +494,5 @@ def generate(model, input_ids, attention_mask=None, *, config: GenerationConfig 
         prefill_seconds=run.prefill_seconds, decode_seconds=run.decode_seconds,
         prefill_tokens=info["prefill_tokens"], decode_tokens=run.decode_steps * rows, decode_steps=run.decode_steps,
         hit_context_limit=info["hit_context_limit"], truncated=info["truncated"],
-        cache_bytes=state.cache.nbytes if state.cache is not None else 0,
+        cache_bytes=run.cache.nbytes,
     )

@@ -327,7 +327,7 @@ def phase_comparison(config, workload, device, efficiency: float, measured: dict
     from tformer.cost.ledger import ledger
     from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 
-    phases = ("train", "forward") if config.arch == "encoder" else ("train", "prefill", "decode")
+    phases = config.traits.compared_phases
     dtype = COMPUTE_DTYPE[workload.dtype]
     peak = device.peak(dtype)
     rows = []
@@ -503,8 +503,7 @@ def _profile(config, workload, device: str | None = None, hardware=None, steps: 
                        mfu_measured=frac(model_flops, mpeak), mfu_theoretical=frac(model_flops, tpeak),
                        hfu_measured=frac(hardware_flops, mpeak), hfu_theoretical=frac(hardware_flops, tpeak),
                        achieved_flops_per_s=model_flops / measured if measured > 0 else 0.0)
-    phase_key = "forward" if workload.phase == "forward" and config.arch != "encoder" else workload.phase
-    phases, reason = phase_comparison(config, workload, hw, efficiency, {phase_key: util.mfu_measured})
+    phases, reason = phase_comparison(config, workload, hw, efficiency, {workload.phase: util.mfu_measured})
     notes += [ATTENTION_NOTE, GAP_NOTE,
               "reference attention (explicit matmul, softmax, matmul) is run so the measured FLOPs match the "
               "ledger's; the fused SDPA kernel would be faster"]

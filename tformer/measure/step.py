@@ -12,6 +12,8 @@ from dataclasses import replace
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.model import build
+from tformer.model.runners import runner_for
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -34,8 +36,6 @@ class StepRunner:
     """
 
     def __init__(self, config, workload, device: str = "cpu", seed: int = 0):
-        from tformer.model import build
-
         w = workload
         self.config, self.workload, self.device = config, w, device
         self.check(config, w)
@@ -43,14 +43,18 @@ class StepRunner:
         # reference attention: explicit matmul/softmax/matmul, what the ledger lists
         self.model = build(config.replace(attn_impl="reference"), device=device, dtype=TORCH_DTYPES[w.dtype])
         self.model.train(w.phase == "train")
+        self.runner = runner_for(self.model)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         V = config.vocab_size
-        self.ids = torch.randint(0, V, (w.batch, w.seq), generator=gen).to(device)
+        ids = torch.randint(0, V, (w.batch, w.seq), generator=gen).to(device)
         seq_dec = w.seq_decoder or w.seq
-        self.dec_ids = torch.randint(0, V, (w.batch, seq_dec), generator=gen).to(device)
+        dec_ids = torch.randint(0, V, (w.batch, seq_dec), generator=gen).to(device)
+        self.batch = self.runner.example_batch(ids, dec_ids)
+        # What the decoder reads, and the source a seq2seq model's encoder reads besides.
+        self.source = ids if self.runner.takes_source else None
+        self.target = dec_ids if self.runner.takes_source else ids
         self.optimizers = []
         self.cache = None
-        self.memory = None
         if w.phase == "train":
             self._build_optimizers()
         if w.phase == "decode":
@@ -65,7 +69,7 @@ class StepRunner:
         if w.mixed_precision or w.checkpointing:
             raise TformerError("profile measures plain single-dtype steps; mixed precision and activation "
                                "checkpointing are predicted by `tformer count`, not measured here")
-        if w.phase in ("prefill", "decode") and config.arch == "encoder":
+        if w.phase not in config.traits.phases:
             raise TformerError(f"{w.phase} needs a decoder; an encoder-only model ({config.name}) has no KV cache "
                                "or generation (use --phase forward or train)")
         if not w.materialize_scores:
@@ -98,24 +102,11 @@ class StepRunner:
         position ``context`` and rewinds, so every step sees the same context."""
         w, c = self.workload, self.config
         ctx = w.decode_context
-        self.context = ctx
-        self.next_ids = torch.randint(0, c.vocab_size, (w.batch, 1), generator=gen).to(self.device)
+        self.next_ids = torch.randint(0, c.vocab_size, (w.batch,), generator=gen).to(self.device)
         with torch.no_grad():
-            if c.arch == "encoder-decoder":
-                self.memory, _ = self.model.encode(self.ids)
-            self.cache = self.model.new_cache(max_length=ctx + 1)
-            if ctx:
-                prompt = torch.randint(0, c.vocab_size, (w.batch, ctx), generator=gen).to(self.device)
-                self._call(prompt, cache=self.cache)
-
-    def _call(self, ids, cache=None, labels=None):
-        if self.config.arch == "encoder-decoder":
-            if self.memory is not None:
-                return self.model(decoder_input_ids=ids, encoder_outputs=self.memory, past_key_values=cache)
-            return self.model(self.ids, decoder_input_ids=ids, past_key_values=cache, labels=labels)
-        if self.config.arch == "encoder":
-            return self.model(ids, labels=labels)
-        return self.model(ids, past_key_values=cache, labels=labels)
+            self.cache = self.runner.new_cache(w.batch, ctx + 1)
+            prompt = torch.randint(0, c.vocab_size, (w.batch, ctx), generator=gen).to(self.device)
+            self.runner.prefill(self.cache, prompt, source=self.source)
 
     # The step --------------------------------------------------------------------------------------
     def step(self, timeline=None) -> None:
@@ -133,30 +124,19 @@ class StepRunner:
     def _infer(self) -> None:
         phase = self.workload.phase
         if phase == "decode":
-            if self.config.arch == "encoder-decoder" and self.context == 0:
-                self.cache = self.model.new_cache(max_length=1)  # the first step projects the cross K/V anew
-            self.cache.length = self.context  # rewind: overwrite position ``context`` again
-            self._call(self.next_ids, cache=self.cache)
+            self.runner.step(self.cache, self.next_ids)
+            self.runner.rewind(self.cache, 1)  # the next step overwrites position ``context`` again
         elif phase == "prefill":
-            self._call(self.dec_ids if self.config.arch == "encoder-decoder" else self.ids,
-                       cache=self.model.new_cache())
+            cache = self.runner.new_cache(self.workload.batch)
+            self.runner.prefill(cache, self.target, source=self.source, all_logits=True)
         else:
-            self._call(self.dec_ids if self.config.arch == "encoder-decoder" else self.ids)
+            self.runner.forward(self.batch)
 
     def _train(self, timeline) -> None:
-        c = self.config
         if timeline is not None:
             timeline.begin("forward")
-        if c.arch == "encoder-decoder":
-            out = self._call(self.dec_ids, labels=self.dec_ids)
-        elif c.arch == "encoder" and not c.lm_head:
-            out = self.model(self.ids)
-        else:
-            out = self._call(self.ids, labels=self.ids)
-        loss = out.loss
-        if loss is None:  # an encoder without an MLM head: backpropagate from its outputs
-            t = out.pooler_output if out.pooler_output is not None else out.last_hidden_state
-            loss = t.float().sum()
+        # An encoder without an MLM head scores nothing: backpropagate from its outputs instead.
+        loss = self.runner.loss(self.batch, stand_in=True)
         if timeline is not None:
             timeline.end()
             timeline.begin("backward")

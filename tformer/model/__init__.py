@@ -11,6 +11,7 @@ from tformer.model.decoder import DecoderLM
 from tformer.model.encoder import EncoderModel
 from tformer.model.encoder_decoder import EncoderDecoderModel
 from tformer.model.init import init_weights
+from tformer.model.runners import Batch, Runner, runner_for
 
 ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel}
 
@@ -40,6 +41,6 @@ def with_attention(model: TransformerModel, name: str) -> TransformerModel:
 
 
 __all__ = [
-    "build", "with_attention", "ATTENTION", "attention_fn",
+    "build", "with_attention", "ATTENTION", "attention_fn", "runner_for", "Runner", "Batch",
     "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel",
 ]

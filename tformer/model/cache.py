@@ -62,6 +62,13 @@ class KVCache:
         self._self = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index)) for e in self._self]
         self._cross = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index)) for e in self._cross]
 
+    def rewind(self, n: int) -> None:
+        """Forget the last ``n`` positions of self-attention (the next step overwrites them)."""
+        self.length = max(self.length - n, 0)
+        if not self.static:  # the growing layout appends to what it holds: cut it back
+            self._self = [None if e is None else (e[0][:, :, : self.length], e[1][:, :, : self.length])
+                          for e in self._self]
+
     def tensors(self):
         for entry in self._self + self._cross:
             if entry is not None:

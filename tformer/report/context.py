@@ -171,7 +171,7 @@ def build_context(opts: ReportOptions, progress=None) -> Context:
         "forward": Workload(phase="forward", batch=opts.batch, seq=seq),
         "train": Workload(phase="train", batch=opts.batch, seq=seq),
     }
-    if config.arch != "encoder":
+    if "prefill" in config.traits.phases:
         workloads["prefill"] = Workload(phase="prefill", batch=1, seq=seq)
         workloads["decode"] = Workload(phase="decode", batch=1, seq=seq, context=seq - 1)
     ledgers = {name: ledger(config, w) for name, w in workloads.items()}  # bad sizes fail here, before any run

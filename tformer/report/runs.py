@@ -34,7 +34,7 @@ def can_train(ctx) -> tuple[bool, str]:
     """Whether the report trains this model, and why not when it does not."""
     if not ctx.options.train:
         return False, "--no-train was given"
-    if ctx.config.arch != "decoder":
+    if ctx.config.traits.objective != "causal":
         return False, (f"the report's training run is next-character prediction on {ctx.options.data}, which needs a "
                        f"decoder; train a {ctx.config.arch} with `tformer train`")
     need = ctx.ledgers["train"].memory["total"]
@@ -186,7 +186,7 @@ def generation(ctx, model, tokenizer, trained: bool) -> dict:
     # Without a cache each token recomputes the whole prefix; --quick leaves that to the decode curve.
     for use_cache in ((True,) if ctx.options.quick else (True, False)):
         extra = {}
-        if cfg.arch == "encoder-decoder":  # the prompt is the source; the target starts from the start token
+        if cfg.traits.seq2seq:  # the prompt is the source; the target starts from the start token
             start = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else (cfg.bos_token_id or 0)
             extra["decoder_input_ids"] = [[start]]
         g = generate(model, [prompt], max_new_tokens=new, use_cache=use_cache, **SAMPLING, **extra)
@@ -194,7 +194,7 @@ def generation(ctx, model, tokenizer, trained: bool) -> dict:
         out[key] = {"prefill_s": g.prefill_seconds, "decode_s": g.decode_seconds, "decode_tokens": g.decode_tokens,
                     "decode_tokens_per_s": g.decode_tokens_per_s, "prefill_tokens_per_s": g.prefill_tokens_per_s,
                     "cache_bytes": g.cache_bytes,
-                    "text": tokenizer.decode((prompt if cfg.arch != "encoder-decoder" else []) + g.sequences[0])}
+                    "text": tokenizer.decode(([] if cfg.traits.seq2seq else prompt) + g.sequences[0])}
     # The ledger's prediction for the same generation: one decode step per new token after the first
     # (the first comes from the prefill), at contexts len(prompt) .. len(prompt) + new - 2.
     steps = out["cache"]["decode_tokens"]

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
 from tformer.core.atomic import existing_dir
+from tformer.model.base import IGNORE_INDEX
+from tformer.model.runners import runner_for
 from tformer.train import distributed as dist_util
 from tformer.train import fsdp
 from tformer.train.checkpoint import load_checkpoint, save_checkpoint, save_weights
@@ -87,6 +88,7 @@ class Trainer:
         self.micro_rows = args.batch_size // args.grad_accum  # rows of one global micro-batch
         self.device = torch.device(args.device)
         self.model = model.to(self.device)
+        self.runner = runner_for(self.model)
         self.precision = _resolve_precision(args.precision, self.device, log)
         if args.activation_checkpointing:
             enable_activation_checkpointing(self.model)
@@ -110,14 +112,13 @@ class Trainer:
         self.step, self.elapsed, self.best_val = 0, 0.0, math.inf
 
     # -- one step ------------------------------------------------------------------------
-    def _loss(self, model, batch) -> tuple[torch.Tensor, int]:
-        inputs = {k: v.to(self.device) for k, v in batch.inputs.items()}
-        targets = batch.targets.to(self.device)
-        with torch.autocast(self.device.type, dtype=self.precision, enabled=self.precision != torch.float32):
-            logits = model(**inputs).logits
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                               ignore_index=-100, label_smoothing=self.args.label_smoothing)
-        return loss, int((targets != -100).sum())
+    def _loss(self, module, batch) -> tuple[torch.Tensor, int]:
+        """(mean loss, scored tokens) of ``batch``, run through ``module`` (the model, or its DDP or
+        compiled wrapper)."""
+        batch = batch.to(self.device)
+        autocast = torch.autocast(self.device.type, dtype=self.precision, enabled=self.precision != torch.float32)
+        loss = self.runner.loss(batch, module=module, label_smoothing=self.args.label_smoothing, autocast=autocast)
+        return loss, int((batch.targets != IGNORE_INDEX).sum())
 
     def train_step(self) -> float:
         self.train_model.train()

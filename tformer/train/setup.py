@@ -18,7 +18,6 @@ from tformer.data.weights import checkpoint_dir
 from tformer.interop.config import load_config
 from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
 
-OBJECTIVES = {"decoder": "causal", "encoder": "mlm", "encoder-decoder": "seq2seq"}
 SYNTHETIC = ("copy", "reverse")
 SYNTHETIC_VOCAB = 16  # pad, bos, eos + 13 symbols
 
@@ -48,7 +47,7 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
     """Prepare the data, size the model's vocabulary to the tokenizer, and build the model."""
     from tformer.model import build
 
-    objective = OBJECTIVES[config.arch]
+    objective = config.traits.objective
     if seq_len > config.max_positions and config.position in ("learned", "sinusoidal"):
         raise TformerError(f"--seq-len {seq_len} is longer than the model's context of {config.max_positions} "
                            "positions; lower --seq-len or --set max_positions=N")

@@ -7,28 +7,13 @@ so validation losses are comparable across a run), ``tokens_per_row`` (for token
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.model.runners import Batch  # what a runner's loss reads: model inputs + targets
 
 EVAL_SEED = 1234567  # fixed: every evaluation sees the same validation batches
-
-
-@dataclass
-class Batch:
-    inputs: dict[str, torch.Tensor]  # keyword arguments of the model's forward
-    targets: torch.Tensor  # (B, T) token ids; -100 = not scored
-
-    def shard(self, rank: int, world: int) -> "Batch":
-        """This rank's rows of a global batch (rows are split evenly, in order)."""
-        if world == 1:
-            return self
-        rows = self.targets.shape[0] // world
-        part = slice(rank * rows, (rank + 1) * rows)
-        return Batch({k: v[part] for k, v in self.inputs.items()}, self.targets[part])
 
 
 class _Sampled:

@@ -1,0 +1,315 @@
+"""Runners: the one object through which a model is trained, generated with and profiled.
+
+Code above model/ never asks which architecture a model is; it asks the model's runner:
+
+    runner = runner_for(model)
+    loss = runner.loss(batch)                         # batch: model inputs + targets (Batch)
+    cache = runner.new_cache(rows, max_len)           # what generation has read so far
+    logits = runner.prefill(cache, ids, mask)         # the prompt -> (N, V) next-token logits
+    logits = runner.step(cache, tokens)               # (N,) new tokens -> (N, V)
+    runner.reorder(cache, index)                      # beam search keeps rows ``index``
+    runner.rewind(cache, n)                           # forget the last n positions
+
+and for what it can do: ``generates``, ``takes_source``, ``objective``, ``phases``, ``label``
+(the config's ArchTraits, tformer.core.config). ``runner_for`` is the one place that maps an
+architecture to its runner.
+
+The cache record holds the KV cache and what a step needs besides it: the attention mask of a
+left-padded batch, the position ids (each row counts only its real tokens), the encoder's output
+for a seq2seq model. Without a KV cache (``new_cache(..., kv=False)``) it keeps the tokens read
+so far, and each step runs the whole sequence again (O(n^2) work per token instead of O(n)).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tformer.core.errors import TformerError
+from tformer.model.base import IGNORE_INDEX, TransformerModel
+from tformer.model.cache import KVCache
+
+
+@dataclass
+class Batch:
+    """One batch as the training sources produce it."""
+
+    inputs: dict[str, torch.Tensor]  # keyword arguments of the model's forward
+    targets: torch.Tensor  # (B, T) token ids; -100 = not scored
+
+    def shard(self, rank: int, world: int) -> "Batch":
+        """This rank's rows of a global batch (rows are split evenly, in order)."""
+        if world == 1:
+            return self
+        rows = self.targets.shape[0] // world
+        part = slice(rank * rows, (rank + 1) * rows)
+        return Batch({k: v[part] for k, v in self.inputs.items()}, self.targets[part])
+
+    def to(self, device) -> "Batch":
+        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device))
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Each real token's index among its row's real tokens; padding gets 0 (it is masked anyway)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@dataclass
+class Cache:
+    """What generation has read so far; each runner's record adds its own fields."""
+
+    rows: int  # N: sequences (beams count)
+    kv: KVCache | None  # None: no KV cache, each step reruns every token read so far
+    ids: torch.Tensor | None = None  # (N, t) tokens read so far; kept only without a KV cache
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of KV cache in use (0 without one)."""
+        return self.kv.nbytes if self.kv is not None else 0
+
+    def _keep(self, index: torch.Tensor) -> None:
+        if self.ids is not None:
+            self.ids = self.ids[index]
+        if self.kv is not None:
+            self.kv.reorder(index)
+        self.rows = index.numel()
+
+
+@dataclass
+class DecoderCache(Cache):
+    mask: torch.Tensor | None = None  # (N, t) 1 = real token; None when no row is padded
+    positions: torch.Tensor | None = None  # (N, t) position ids of a padded batch; None = 0, 1, 2, ...
+
+
+@dataclass
+class Seq2SeqCache(Cache):
+    memory: torch.Tensor | None = None  # (N, S, d_model) the encoder's output
+    source_mask: torch.Tensor | None = None  # (N, S) 1 = real token; None when no source is padded
+
+
+class Runner:
+    """Training and profiling for every architecture; the generating ones add prefill and step."""
+
+    def __init__(self, model: TransformerModel):
+        self.model, self.config = model, model.config
+
+    # What it can do (from the config's ArchTraits) ------------------------------------------------
+    @property
+    def generates(self) -> bool:
+        return self.config.traits.decoder
+
+    @property
+    def takes_source(self) -> bool:
+        """Seq2seq: the prompt is a source for the encoder, and the decoder starts from start tokens."""
+        return self.config.traits.seq2seq
+
+    @property
+    def objective(self) -> str:
+        return self.config.traits.objective
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        return self.config.traits.phases
+
+    @property
+    def label(self) -> str:
+        return self.config.traits.label
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # Training and plain forward passes ---------------------------------------------------------
+    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
+        """The batch a training source would give for these (B, T) token ids, each predicting
+        itself (for timing and tests, not learning). ``decoder_ids``: a seq2seq model's target."""
+        return Batch({"input_ids": ids}, ids)
+
+    def forward(self, batch: Batch, module=None):
+        """The model's output on ``batch`` (ModelOutput). ``module``: the model wrapped for training
+        (DDP, torch.compile), called in its place."""
+        return (module if module is not None else self.model)(**batch.inputs)
+
+    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
+             stand_in: bool = False) -> torch.Tensor:
+        """Mean cross-entropy (nats) of the logits against ``batch.targets`` over scored positions.
+
+        autocast: a context entered around the forward pass only; the loss is computed in fp32.
+        stand_in: a model with no head (an encoder without lm_head) scores nothing; return the sum
+        of its outputs instead, so a backward pass can still be run and timed.
+        """
+        with autocast if autocast is not None else contextlib.nullcontext():
+            out = self.forward(batch, module)
+        logits = out.logits
+        if logits is None:
+            if not stand_in:
+                raise TformerError("this model has no LM head, so there is nothing to score; "
+                                   "build it with lm_head=true to train it")
+            t = out.pooler_output if out.pooler_output is not None else out.last_hidden_state
+            return t.float().sum()
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
+
+    # Generation: only the runners of models with a decoder implement these ----------------------
+    def _no_decoder(self):
+        return TformerError(f"this checkpoint is {self.label}; it cannot generate text. "
+                            "Use a decoder or encoder-decoder checkpoint")
+
+    def new_cache(self, rows: int, max_len: int | None = None, kv: bool = True) -> Cache:
+        """An empty cache for ``rows`` sequences. max_len: pre-allocate that many positions and
+        write in place (static layout); None: grow by concatenation. kv=False: no KV cache."""
+        raise self._no_decoder()
+
+    def prefill(self, cache: Cache, ids: torch.Tensor, mask: torch.Tensor | None = None, *,
+                source: torch.Tensor | None = None, source_mask: torch.Tensor | None = None,
+                all_logits: bool = False) -> torch.Tensor | None:
+        """Read the prompt into an empty ``cache``; return the next-token logits (N, V), or with
+        ``all_logits`` every position's (N, t, V); None when ``ids`` has no tokens."""
+        raise self._no_decoder()
+
+    def step(self, cache: Cache, tokens: torch.Tensor) -> torch.Tensor:
+        """Read one new token per row, (N,); return the logits for the next position, (N, V)."""
+        raise self._no_decoder()
+
+    def reorder(self, cache: Cache, index: torch.Tensor) -> None:
+        """Keep rows ``index`` (N',) of the cache, in that order (beam search)."""
+        cache._keep(index)
+
+    def expand(self, cache: Cache, index: torch.Tensor) -> None:
+        """Repeat each input's rows for its beams; unlike reorder, per-input state follows too."""
+        self.reorder(cache, index)
+
+    def rewind(self, cache: Cache, n: int) -> None:
+        """Forget the last ``n`` tokens read: the next step reads at that position again."""
+        if n <= 0:
+            return
+        if cache.kv is not None:
+            cache.kv.rewind(n)
+        if cache.ids is not None:
+            cache.ids = cache.ids[:, :-n]
+
+    def _check_rows(self, cache: Cache, ids: torch.Tensor) -> None:
+        if ids.dim() != 2 or ids.shape[0] != cache.rows:
+            raise TformerError(f"the cache was made for {cache.rows} rows; got ids of shape {tuple(ids.shape)}")
+
+
+class EncoderRunner(Runner):
+    """Encoder-only (BERT): masked-token training and forward passes; it does not generate."""
+
+
+class DecoderRunner(Runner):
+    """Decoder-only (GPT-2, LLaMA): the prompt is the decoder's own prefix, left-padded in a batch
+    so every row's next token sits in the last column."""
+
+    def new_cache(self, rows, max_len=None, kv=True) -> DecoderCache:
+        return DecoderCache(rows, self.model.new_cache(max_length=max_len) if kv else None)
+
+    def _run(self, cache: DecoderCache, ids, positions, all_logits=False):
+        out = self.model(ids, attention_mask=cache.mask, position_ids=positions, past_key_values=cache.kv,
+                         logits_to_keep=0 if all_logits else 1)
+        return out.logits if all_logits else out.logits[:, -1]
+
+    def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
+        if source is not None:
+            raise TformerError("a decoder-only model reads no source; give the prompt as its ids")
+        self._check_rows(cache, ids)
+        if ids.shape[1] == 0:
+            return None
+        # Without padding the mask is never passed to the model, and positions default to 0, 1, ...
+        padded = mask is not None and not bool(mask.all())
+        cache.mask = mask if padded else None
+        cache.positions = positions_from_mask(mask) if padded else None
+        if cache.kv is None:
+            cache.ids = ids
+        return self._run(cache, ids, cache.positions, all_logits)
+
+    def step(self, cache, tokens):
+        new = tokens[:, None]
+        if cache.mask is not None:
+            cache.mask = F.pad(cache.mask, (0, 1), value=1)  # the new token is real in every row
+            cache.positions = torch.cat([cache.positions, cache.positions[:, -1:] + 1], dim=1)
+        if cache.kv is not None:
+            return self._run(cache, new, None if cache.positions is None else cache.positions[:, -1:])
+        cache.ids = torch.cat([cache.ids, new], dim=1)
+        return self._run(cache, cache.ids, cache.positions)  # no cache: the whole prefix again
+
+    def reorder(self, cache, index):
+        super().reorder(cache, index)
+        if cache.mask is not None:
+            cache.mask, cache.positions = cache.mask[index], cache.positions[index]
+
+    def rewind(self, cache, n):
+        super().rewind(cache, n)
+        if cache.mask is not None and n > 0:
+            cache.mask, cache.positions = cache.mask[:, :-n], cache.positions[:, :-n]
+
+
+class EncoderDecoderRunner(Runner):
+    """Encoder-decoder (the 2017 paper, BART, T5): the source is encoded once at prefill; the
+    decoder reads the encoder's output (memory) at every step."""
+
+    def example_batch(self, ids, decoder_ids=None) -> Batch:
+        target = decoder_ids if decoder_ids is not None else ids
+        return Batch({"input_ids": ids, "decoder_input_ids": target}, target)
+
+    def new_cache(self, rows, max_len=None, kv=True) -> Seq2SeqCache:
+        return Seq2SeqCache(rows, self.model.new_cache(max_length=max_len) if kv else None)
+
+    def _run(self, cache: Seq2SeqCache, ids, all_logits=False):
+        logits, _, _, _ = self.model.decode(ids, cache.memory, cache.source_mask, cache=cache.kv,
+                                            logits_to_keep=0 if all_logits else 1)
+        return logits if all_logits else logits[:, -1]
+
+    def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
+        """ids: the decoder's first tokens (N, t), usually the start token; source: (N, S)."""
+        if source is None:
+            raise TformerError("an encoder-decoder model needs a source to read; pass source=")
+        if mask is not None:
+            raise TformerError("the decoder's start tokens are never padded; pass no mask for them")
+        self._check_rows(cache, ids)
+        cache.source_mask = None if source_mask is None or bool(source_mask.all()) else source_mask
+        cache.memory, _ = self.model.encode(source, cache.source_mask)
+        if ids.shape[1] == 0:
+            return None
+        if cache.kv is None:
+            cache.ids = ids
+        return self._run(cache, ids, all_logits)
+
+    def step(self, cache, tokens):
+        new = tokens[:, None]
+        if cache.kv is not None:
+            return self._run(cache, new)
+        cache.ids = torch.cat([cache.ids, new], dim=1)
+        return self._run(cache, cache.ids)
+
+    def expand(self, cache, index):
+        # Beams of one input share its memory; reorder moves rows only within an input's group,
+        # so the memory follows only here.
+        cache.memory = cache.memory[index]
+        if cache.source_mask is not None:
+            cache.source_mask = cache.source_mask[index]
+        self.reorder(cache, index)
+
+    def rewind(self, cache, n):
+        super().rewind(cache, n)
+        if cache.kv is not None and cache.kv.length == 0:
+            # No decoder token left: drop the cross-attention K/V as well, so the next step
+            # projects them from the memory again, as the first step after a prefill does.
+            cache.kv = self.model.new_cache(max_length=cache.kv.max_length)
+
+
+RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner}
+
+
+def runner_for(model) -> Runner:
+    """The runner of ``model`` (any tformer model)."""
+    if not isinstance(model, TransformerModel):
+        raise TformerError(f"a runner needs a tformer model, got {type(model).__name__}")
+    return RUNNERS[model.config.arch](model)
+
+
+__all__ = ["Batch", "Cache", "DecoderCache", "DecoderRunner", "EncoderDecoderRunner", "EncoderRunner", "Runner",
+           "Seq2SeqCache", "positions_from_mask", "runner_for"]
