@@ -101,7 +101,7 @@ def _print(result, path) -> None:
         console.print(t)
         if d.stream:
             s = Table(title=f"{d.device}: STREAM bandwidth (fp32 arrays of {d.stream[0].elements:,} elements = "
-                            f"{d.stream[0].elements * 4 / 2**20:.0f} MiB; copy/scale count 2 arrays, add/triad 3)")
+                            f"{fmt.in_unit(d.stream[0].elements * 4, 'MiB', 0)}; copy/scale count 2 arrays, add/triad 3)")
             for col in ("kernel", "bytes/call", "median", "min..max time", "bandwidth (median)", "best rep"):
                 s.add_column(col, justify="left" if col == "kernel" else "right")
             for p in d.stream:

@@ -92,7 +92,7 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     t.add_row(f"rule of thumb {r['rule']} (N={r['N']:,}, D={r['D']:,})", fmt.flops(r["value"]))
     t.add_row("exact matmul / rule", f"{r['ratio_exact_over_rule']:.4f}" if r["ratio_exact_over_rule"] else "-")
     if course is not None:
-        t.add_row("course assignment convention (mixes MACs and FLOPs)", f"{course:,} 'FLOPs' ({course / 1e9:.4g} G)")
+        t.add_row("course assignment convention (mixes MACs and FLOPs)", f"{course:,} 'FLOPs' ({fmt.si(course, '', 4).rstrip()})")
         t.add_row("  correct forward matmul count", fmt.flops(lg.flops["by_phase"]["forward"]["matmul"]))
     con.print(t)
     con.print(f"[dim]{r['explanation']}[/]")

@@ -219,13 +219,13 @@ def _stream_elements(device: str, specs, quick: bool) -> tuple[int, str]:
         target = max(4 * l2, (256 if quick else 1024) * 2**20)
         free, _ = torch.cuda.mem_get_info(device)
         target = min(target, free // 8)
-        return target // 4, f"4x L2 ({l2 / 2**20:.0f} MiB) or at least {(256 if quick else 1024)} MiB per array"
+        return target // 4, f"4x L2 ({fmt.in_unit(l2, 'MiB', 0)}) or at least {(256 if quick else 1024)} MiB per array"
     llc = last_level_cache_bytes(specs) or 32 * 2**20
     target = max(4 * llc, 64 * 2**20)
     total = specs.memory.total_bytes if specs else None
     if total:
         target = min(target, total // 12)  # three arrays must fit comfortably
-    return target // 4, f"4x the last-level cache ({llc / 2**20:.0f} MiB) per array"
+    return target // 4, f"4x the last-level cache ({fmt.in_unit(llc, 'MiB', 0)}) per array"
 
 
 def _devices(devices) -> list[str]:
@@ -367,7 +367,7 @@ def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stre
                     torch.backends.cuda.matmul.allow_tf32 = prev_tf32
         if stream:
             elements, why = _stream_elements(dev, specs, quick)
-            say(f"{dev} STREAM on {elements * 4 / 2**20:.0f} MiB arrays")
+            say(f"{dev} STREAM on {fmt.in_unit(elements * 4, 'MiB', 0)} arrays")
             db.stream = bench_stream(dev, elements, reps=n_reps, min_rep_s=min_rep_s)
             # GEMV: W of 4k x k (capped at one STREAM array), repeated in distinct copies up to one
             # STREAM array in all (4x the last-level cache): every call reads its W from memory, as
