@@ -9,7 +9,7 @@ from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
-from tformer.cost.memory import activation_alternatives
+from tformer.cost.scaling import activation_alternatives
 from tformer.cost.roofline import roofline
 
 NAME = "count"

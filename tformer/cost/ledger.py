@@ -13,8 +13,11 @@ from functools import cached_property
 from tformer.core.errors import TformerError
 from tformer.cost import ops as O
 from tformer.cost.architecture import Architecture, describe
+from tformer.cost.conventions import conventions
+from tformer.cost.memory import memory_breakdown
 from tformer.cost.oplist import OpListBuilder, stack_tokens
 from tformer.cost.ops import Op
+from tformer.cost.rules import rules_of_thumb
 from tformer.cost.workload import Workload
 
 
@@ -86,19 +89,13 @@ class Ledger:
 
     @cached_property
     def rules_of_thumb(self) -> dict:
-        from tformer.cost.scaling import rules_of_thumb
-
         return rules_of_thumb(self)
 
     @cached_property
     def memory(self) -> dict:
-        from tformer.cost.memory import memory_breakdown
-
         return memory_breakdown(self)
 
     def conventions(self) -> dict:
-        from tformer.cost.conventions import conventions
-
         return conventions(self.workload)
 
     def to_dict(self, include_ops: bool = True) -> dict:

@@ -131,23 +131,6 @@ def _kv_per_token(ledger) -> int:
     return 2 * layers * c.n_kv_heads * c.head_dim * ACTIVATION_BYTES[w.dtype]
 
 
-def activation_alternatives(config, workload) -> dict:
-    """Training activation bytes with and without checkpointing and a materialised s x s score matrix."""
-    from dataclasses import replace
-
-    from tformer.cost.ledger import ledger
-
-    if not workload.training:
-        return {}
-    out = {}
-    for ckpt in (False, True):
-        for scores in (True, False):
-            w = replace(workload, checkpointing=ckpt, materialize_scores=scores)
-            key = f"{'checkpointing' if ckpt else 'no_checkpointing'}/{'scores' if scores else 'fused_attention'}"
-            out[key] = activation_bytes(ledger(config, w))["total"]
-    return out
-
-
 def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, layers: int = 1) -> float:
     """Korthikanti et al. 2022 eq. (2): s·b·h·L·(34 + 5·a·s/h) bytes (16-bit, dropout, no recomputation)."""
     return s * b * h * layers * (34 + 5 * a * s / h)

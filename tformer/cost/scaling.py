@@ -12,6 +12,8 @@ from fractions import Fraction
 
 from tformer.cost.architecture import describe
 from tformer.cost.ledger import Workload, ledger
+from tformer.cost.memory import activation_bytes
+from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 from tformer.core.errors import TformerError
 
 PF_DAY = 1e15 * 86400  # FLOPs in one petaflop/s-day (Kaplan et al.'s compute unit)
@@ -27,48 +29,18 @@ CHINCHILLA_TOKENS_PER_PARAM = 20
 CHINCHILLA_FIT = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 
 
-# Rules of thumb beside the exact count -------------------------------------------------------------
-def rules_of_thumb(lg) -> dict:
-    """2ND (forward) / 6ND (train) beside the ledger's matmul count, and why they differ.
-
-    N = non-embedding parameters (the untied LM head included), D = tokens processed. The rule
-    charges 2 FLOPs per weight per token; the exact count adds QK^T and AV (which have no weights
-    and grow with sequence length), and leaves out parameters that do no matmul (biases, norms,
-    relative-position tables) and the pooler's or decode's rows that skip part of the network.
-    """
-    w = lg.workload
-    N = lg.params["non_embedding"]
-    D = lg.tokens
-    per = 6 if w.training else 2
-    rule = per * N * D
-    fwd = lg.select(phase="forward")
-    attn = sum(op.matmul_flops for op in fwd if op.kind in ("scores", "context"))
-    exact = lg.flops["by_phase"].get("forward", {}).get("matmul", 0)
-    if w.training:
-        exact = lg.flops["matmul"]
-        attn *= 3
-    # A tied head does 2·d·V FLOPs per token with weights the rule files under "embedding".
-    tied_head = sum(op.matmul_flops for op in fwd if op.kind == "lm_head" and not op.params
-                    and op.name != "mlm_head.dense") * (3 if w.training else 1)
-    weight_flops = exact - attn
-    return {
-        "rule": f"{per}ND",
-        "N": N,
-        "D": D,
-        "value": rule,
-        "exact_matmul": exact,
-        "ratio_exact_over_rule": exact / rule if rule else None,
-        "attention_score_flops": attn,
-        "weight_matmul_flops": weight_flops,
-        "tied_head_flops": tied_head,
-        "explanation": (
-            f"exact - rule = {exact - rule:+,} FLOPs: QK^T and AV add {attn:,} (no weights, grow with sequence)"
-            + (f"; the tied LM head adds {tied_head:,} (its weights are counted as embedding, outside N)" if tied_head else "")
-            + f"; the remaining weight matmuls give {weight_flops - tied_head:,} vs {rule:,} for {per} x N x D "
-            "(biases, norms and relative-position tables do no matmul; decode skips the encoder; a pooler runs on one row)"
-            + ("; with checkpointing the recomputed forward adds one more forward's worth" if w.checkpointing else "")
-        ),
-    }
+# Activation memory under each remedy ------------------------------------------------------------
+def activation_alternatives(config, workload) -> dict:
+    """Training activation bytes with and without checkpointing and a materialised s x s score matrix."""
+    if not workload.training:
+        return {}
+    out = {}
+    for ckpt in (False, True):
+        for scores in (True, False):
+            w = replace(workload, checkpointing=ckpt, materialize_scores=scores)
+            key = f"{'checkpointing' if ckpt else 'no_checkpointing'}/{'scores' if scores else 'fused_attention'}"
+            out[key] = activation_bytes(ledger(config, w))["total"]
+    return out
 
 
 # What-if table ------------------------------------------------------------------------------------------
@@ -101,7 +73,6 @@ def what_if(config, workload: Workload, factor: float = 2.0, device=None, effici
     """How params, FLOPs, activation memory, KV cache and predicted time change when each knob is
     multiplied by ``factor`` (the others held). Sequence growth beyond a learned/sinusoidal table
     grows the table too (max_positions), so the comparison stays possible."""
-    from tformer.cost.roofline import roofline
 
     def measure(c, w):
         lg = ledger(c, w)
@@ -169,7 +140,6 @@ def attention_crossover(config) -> dict:
 # Decode ------------------------------------------------------------------------------------------------------------
 def decode_curve(config, contexts, batch: int = 1, dtype: str = "fp16", device=None, efficiency: float = 1.0) -> list[dict]:
     """Cost of one decode step at each context n: FLOPs grow as O(b·d² + b·n·d), bytes as weights + KV cache."""
-    from tformer.cost.roofline import roofline
 
     rows = []
     for n in contexts:
@@ -191,7 +161,6 @@ def decode_compute_bound_batch(config, context: int, device, dtype: str = "fp16"
     b·f / (W + b·m) >= ridge, i.e. b >= ridge·W / (f - ridge·m). If f <= ridge·m (the KV-cache reads
     alone outgrow the compute), no batch makes it compute-bound.
     """
-    from tformer.cost.roofline import COMPUTE_DTYPE
 
     peak, bw = device.peak(COMPUTE_DTYPE[dtype]), device.bandwidth
     if not peak or not bw:

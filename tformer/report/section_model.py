@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from tformer.cost.conventions import COURSE_WEIGHTS, course_flops
 from tformer.cost.ledger import Workload, ledger
-from tformer.cost.memory import activation_alternatives
+from tformer.cost.scaling import activation_alternatives
 from tformer.cost.ops import KINDS
 from tformer.core import fmt
 from tformer.report.doc import Section
