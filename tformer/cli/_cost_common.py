@@ -4,7 +4,10 @@ Numbers are formatted by tformer.core.fmt."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+from tformer.cost.ledger import Workload
+from tformer.interop import load_config as load
 from tformer.machine import resolve_hardware
 
 
@@ -38,9 +41,6 @@ def add_workload_arguments(parser) -> None:
 
 
 def load_config(args):
-    from pathlib import Path
-
-    from tformer.interop import load_config as load
 
     # A Path, so that --config/--hf never falls back to a preset of the same name.
     path = args.config or args.hf
@@ -48,8 +48,6 @@ def load_config(args):
 
 
 def load_workload(args, config):
-    from tformer.cost.ledger import Workload
-
     seq = args.seq if args.seq is not None else config.max_positions
     return Workload(phase=args.phase, batch=args.batch, seq=seq, context=args.context, seq_decoder=args.seq_decoder,
                     dtype=args.dtype, optimizer=args.optimizer, mixed_precision=args.mixed_precision,

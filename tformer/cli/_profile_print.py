@@ -11,6 +11,7 @@ def _ratio(x) -> str:
 
 
 def print_result(r, ops: bool = False, comparison: bool = True) -> None:
+    # deferred: rich loads only when something is printed with it
     from rich.table import Table
 
     con = console()

@@ -1,6 +1,10 @@
 """`tformer attention --walkthrough`: scaled dot-product attention worked through on small matrices."""
 
 import argparse
+import json
+import sys
+
+from tformer.core.errors import TformerError
 
 NAME = "attention"
 HELP = "Attention made visible: --walkthrough prints Q, K, V, Q Kᵀ, √d_k, softmax and output step by step."
@@ -43,8 +47,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from tformer.core.errors import TformerError
-
     if not args.walkthrough:
         raise TformerError("say what to show: `tformer attention --walkthrough` (see --help for the options)")
     if not 0 <= args.decimals <= 15:
@@ -52,8 +54,8 @@ def run(args) -> int:
     if args.heads < 1:
         raise TformerError(f"--heads must be at least 1, got {args.heads}")
 
-    import json
 
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.teach.examples import default_example, load_example
     from tformer.teach.walkthrough import run as walk
     from tformer.teach.walkthrough import to_dict
@@ -64,10 +66,11 @@ def run(args) -> int:
         print(json.dumps(to_dict(w), indent=1, allow_nan=False))
         return 0
 
-    import sys
 
+    # deferred: rich loads only when something is printed with it
     from rich.console import Console
 
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.teach.render import render
 
     # Piped output keeps a wide layout, so the tables stay side by side in a file or a pager.

@@ -3,14 +3,20 @@
 
 import json
 
-from tformer.cli._cost_common import (add_model_arguments, add_workload_arguments, console, load_config, load_device,
-                                      load_workload)
+from tformer.cli._cost_common import (
+    add_model_arguments,
+    add_workload_arguments,
+    console,
+    load_config,
+    load_device,
+    load_workload,
+)
 from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
-from tformer.cost.scaling import activation_alternatives
 from tformer.cost.roofline import roofline
+from tformer.cost.scaling import activation_alternatives
 
 NAME = "count"
 HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, for a model and workload."

@@ -1,4 +1,5 @@
 """`tformer data list` / `tformer data get NAME`: the corpora, fetched once and cached."""
+import json
 
 NAME = "data"
 HELP = "List the corpora, or fetch one (pinned sha256, cached) and tokenize it into token streams."
@@ -23,9 +24,11 @@ def run(args) -> int:
 
 
 def _list() -> int:
+    # deferred: rich loads only when something is printed with it
     from rich.console import Console
     from rich.table import Table
 
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.data.corpora import REGISTRY, is_cached
 
     table = Table(title="tformer corpora (or pass a path to any UTF-8 text file or folder)")
@@ -39,8 +42,7 @@ def _list() -> int:
 
 
 def _get(args) -> int:
-    import json
-
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.data.corpora import get_corpus
     from tformer.data.prepare import prepare
 

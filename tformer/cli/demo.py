@@ -1,4 +1,8 @@
 """`tformer demo`: build a preset, run it forward, and show what it is made of."""
+import time
+
+from tformer.core.config import preset
+from tformer.core.errors import TformerError
 
 NAME = "demo"
 HELP = "Build a model (default char-small), run a forward pass, print its shape and parameter count."
@@ -12,12 +16,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import time
-
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     import torch
 
-    from tformer.core.config import preset
-    from tformer.core.errors import TformerError
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.model import build, runner_for
 
     config = preset(args.preset).with_overrides(args.set)

@@ -10,6 +10,11 @@ tformer tokenizer, if any, is saved beside them (tformer-tokenizer.json and its 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from tformer.core.errors import TformerError
+from tformer.interop.hf_config import hf_family
+
 NAME = "export"
 HELP = "Export a training run or checkpoint to a Hugging Face folder (config.json + model.safetensors)."
 
@@ -21,12 +26,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    from tformer.core.errors import TformerError
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.interop.checkpoint import load_checkpoint
     from tformer.interop.hf import save_hf
-    from tformer.interop.hf_config import hf_family
 
     src, out = Path(args.ckpt), Path(args.out)
     if out.resolve() == src.resolve():

@@ -7,6 +7,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
+from tformer.core.errors import TformerError
+
 NAME = "generate"
 HELP = "Generate text with the KV cache (greedy, sampling or beam search); prints prefill and decode tokens/s."
 
@@ -57,12 +63,11 @@ def add_arguments(parser) -> None:
 # Loading ------------------------------------------------------------------------------------
 def load_source(args):
     """(model, tokenizer or None, a label for the output) from --ckpt or --hf."""
-    from pathlib import Path
-
-    from tformer.core.errors import TformerError
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.interop.checkpoint import load_checkpoint
 
     if args.hf:
+        # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
         import tformer
 
         model = tformer.load_hf(args.hf)
@@ -90,9 +95,9 @@ def _hf_tokenizer(directory):
     path = directory / "tokenizer.json"
     if not path.is_file():
         return None
+    # deferred: the tokenizer library loads only for the tokenizer that needs it
     from tokenizers import Tokenizer
 
-    from tformer.core.errors import TformerError
 
     try:
         return _HFTokenizerAdapter(Tokenizer.from_file(str(path)))
@@ -102,8 +107,6 @@ def _hf_tokenizer(directory):
 
 # Settings -----------------------------------------------------------------------------------
 def parse_ids(text: str, what: str) -> list[int]:
-    from tformer.core.errors import TformerError
-
     parts = [p.strip() for p in text.split(",") if p.strip()]
     try:
         return [int(p) for p in parts]
@@ -112,7 +115,7 @@ def parse_ids(text: str, what: str) -> list[int]:
 
 
 def generation_config(args):
-    from tformer.core.errors import TformerError
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.generate import GenerationConfig
 
     if args.batch < 1:
@@ -132,9 +135,6 @@ def generation_config(args):
 
 
 def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[str] | None]:
-    import sys
-
-    from tformer.core.errors import TformerError
 
     texts = None
     if getattr(args, "prompt_ids", None):
@@ -156,8 +156,6 @@ def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[s
 
 # Output -------------------------------------------------------------------------------------
 def report(out, rows, tokenizer, cfg, as_json: bool, label: str, streamed: bool = False) -> None:
-    import json
-
     def text(ids):
         return tokenizer.decode(ids) if tokenizer is not None else None
 
@@ -196,6 +194,7 @@ def warm_up(model) -> None:
     lazy allocations) is not billed to the prefill tokens/s that we print."""
     import torch  # deferred, with the runner: the CLI starts without torch
 
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.model.runners import runner_for
 
     runner = runner_for(model)
@@ -205,9 +204,7 @@ def warm_up(model) -> None:
 
 
 def run(args) -> int:
-    import sys
-
-    from tformer.core.errors import TformerError
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.generate import generate
 
     cfg = generation_config(args)

@@ -1,4 +1,11 @@
 """`tformer profile`: run a real model for a phase, time every op, and hold the ledger's prediction to it."""
+import json
+import sys
+
+from tformer.cli._cost_common import add_model_arguments, load_config
+from tformer.cli._profile_print import print_result
+from tformer.core.errors import TformerError
+from tformer.cost.ledger import Workload
 
 NAME = "profile"
 HELP = ("Run a model (random weights) for a phase; per-op measured vs predicted time, FLOPs, MFU/HFU, "
@@ -6,8 +13,6 @@ HELP = ("Run a model (random weights) for a phase; per-op measured vs predicted 
 
 
 def add_arguments(parser) -> None:
-    from tformer.cli._cost_common import add_model_arguments
-
     add_model_arguments(parser)
     parser.add_argument("--phase", default="train", choices=["forward", "train", "prefill", "decode", "all"],
                         help="what to run (default train); 'all': train, prefill and decode (encoders: train, forward)")
@@ -32,8 +37,6 @@ def add_arguments(parser) -> None:
 
 
 def _workloads(args, config):
-    from tformer.cost.ledger import Workload
-    from tformer.core.errors import TformerError
 
     if args.batch is not None and args.batch < 1:
         raise TformerError(f"--batch must be at least 1, got {args.batch}")
@@ -53,17 +56,15 @@ def _workloads(args, config):
 
 
 def run(args) -> int:
-    import json
-    import sys
 
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     import torch
 
     if not args.keep_denormals:
         # Before any parallel op: OpenMP worker threads inherit the flush-to-zero bit when created.
         torch.set_flush_denormal(True)
 
-    from tformer.cli._cost_common import load_config
-    from tformer.core.errors import TformerError
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.measure.profile import profile_model
 
     config = load_config(args)
@@ -89,7 +90,6 @@ def run(args) -> int:
         data = [r.to_dict() for r in results]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=1))
         return 0
-    from tformer.cli._profile_print import print_result
 
     for i, r in enumerate(results):
         print_result(r, ops=args.ops, comparison=(i == len(results) - 1))

@@ -1,6 +1,8 @@
 """`tformer report`: the whole system analysis of a model on this machine — the machine, the model's
 arithmetic, the roofline, prediction vs measurement, training vs inference, scaling, attention maps —
 as report.md, a self-contained report.html and report.json."""
+import json
+import sys
 
 NAME = "report"
 HELP = "Analyse a model on this machine: Markdown + self-contained HTML report with plots (default char-small)."
@@ -29,9 +31,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import json
-    import sys
 
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.report.build import make_report
     from tformer.report.context import DEFAULT_SENTENCE, ReportOptions
 

@@ -4,8 +4,14 @@ FFN, when decode turns compute-bound, and what a training run or a compute budge
 import json
 from dataclasses import replace
 
-from tformer.cli._cost_common import (add_model_arguments, add_workload_arguments, console, load_config, load_device,
-                                      load_workload)
+from tformer.cli._cost_common import (
+    add_model_arguments,
+    add_workload_arguments,
+    console,
+    load_config,
+    load_device,
+    load_workload,
+)
 from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.cost import scaling

@@ -1,6 +1,9 @@
 """`tformer specs`: what this machine is, and its theoretical peaks with their sources."""
 
+import json
+
 from tformer.core import fmt
+from tformer.core.errors import TformerError
 
 NAME = "specs"
 HELP = "Show this machine's CPU, caches, memory and GPUs, and theoretical peak FLOP/s and bandwidth."
@@ -17,8 +20,6 @@ def add_arguments(parser) -> None:
 
 
 def _check(args) -> None:
-    from tformer.core.errors import TformerError
-
     for flag, value in (("--clock-ghz", args.clock_ghz), ("--fma-units", args.fma_units),
                         ("--simd-bits", args.simd_bits), ("--memory-mts", args.memory_mts),
                         ("--memory-channels", args.memory_channels), ("--memory-bus-bits", args.memory_bus_bits)):
@@ -29,8 +30,6 @@ def _check(args) -> None:
 
 
 def run(args) -> int:
-    import json
-
     from tformer.measure.probe import detect_machine  # deferred: torch, for the GPUs and the PyTorch build
 
     _check(args)
@@ -41,6 +40,7 @@ def run(args) -> int:
         print(json.dumps(specs.to_dict(), indent=1))
         return 0
 
+    # deferred: rich loads only when something is printed with it
     from rich.console import Console
     from rich.table import Table
 

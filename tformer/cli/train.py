@@ -1,10 +1,18 @@
 """`tformer train`: train a model on real text (or a synthetic task), on CPU, GPU or many (torchrun)."""
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+from tformer.core.atomic import atomic_write_text
+from tformer.core.errors import TformerError
 
 NAME = "train"
 HELP = "Train a model: causal LM (decoder), masked LM (encoder) or seq2seq (encoder-decoder)."
 
 
 def add_arguments(p) -> None:
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.train.loop import TrainArgs
 
     d = TrainArgs()
@@ -54,13 +62,11 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    import math
-    from dataclasses import asdict
-    from pathlib import Path
 
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     import torch
 
-    from tformer.core.errors import TformerError
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.train import distributed
     from tformer.train.loop import TrainArgs, Trainer
     from tformer.train.progress import TrainProgress
@@ -124,10 +130,8 @@ def run(args) -> int:
 
 def _report_decoding(run_, out, log) -> None:
     """Decode held-out sources and score them (exact match; BLEU for text), saved to decode_eval.json."""
-    import json
-    from dataclasses import asdict
 
-    from tformer.core.atomic import atomic_write_text
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.train.evaluate import decode_scores
 
     scores = decode_scores(run_.model.eval(), run_.source.val, run_.tokenizer)
@@ -141,8 +145,8 @@ def _report_decoding(run_, out, log) -> None:
 def _flops_and_peak(config, seq_len, tokens_per_row, args, device, log):
     """Training FLOPs per step from the ledger and this device's peak, for the MFU column."""
     try:
-        from tformer.machine import resolve_hardware
         from tformer.cost.ledger import Workload, ledger
+        from tformer.machine import resolve_hardware
     except ImportError:
         return None, None
     flops = ledger(config, Workload(phase="train", batch=args.batch_size, seq=tokens_per_row)).flops["matmul"]
@@ -161,6 +165,7 @@ def _sampler(run_):
     tok = run_.tokenizer
 
     def sample(model):
+        # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
         from tformer.generate import generate
 
         prompt = tok.encode("\n") or [0]

@@ -6,11 +6,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+from tformer.core.errors import TformerError
+
 NAME = "translate"
 HELP = "Translate source sentences with an encoder-decoder checkpoint (greedy, sampling or beam search)."
 
 
 def add_arguments(parser) -> None:
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.cli.generate import add_decoding_arguments, add_source_arguments
 
     add_source_arguments(parser)
@@ -21,10 +27,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import sys
-
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.cli.generate import generation_config, load_source, parse_ids, report, warm_up
-    from tformer.core.errors import TformerError
+
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.generate import generate
 
     # Translation wants the most likely output: greedy unless sampling is asked for explicitly.
@@ -89,8 +95,7 @@ def _pair_tokenizers(args, shared):
     """(source, target) tokenizers. A translation checkpoint may keep one per side in
     source-tokenizer/ and target-tokenizer/ subfolders (tformer.data.seq2seq trains a pair);
     otherwise the one shared tokenizer serves both."""
-    from pathlib import Path
-
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.interop.checkpoint import find_tokenizer
 
     if args.ckpt:

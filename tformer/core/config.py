@@ -16,7 +16,6 @@ from typing import Any
 from tformer.core.errors import TformerError
 
 
-
 @dataclass(frozen=True)
 class ArchTraits:
     """What an architecture has. Code outside model/ and cost/ asks these, never the arch's name,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tformer.core.errors import TformerError
+
 # The peak a workload's matmuls run at. int8 weights are dequantised and multiplied in fp16
 # (weights-only quantisation); fp32 uses the plain fp32 peak, not TF32.
 COMPUTE_DTYPE = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16", "int8": "fp16"}
@@ -170,8 +172,6 @@ def roofline(ledger, device, efficiency: float = 1.0, model: str = "auto") -> Ro
     model: "auto" (the measured model when the device carries a bench profile's matmul curve, else
     the textbook roofline), "peak" (always the single-peak roofline) or "measured".
     """
-    from tformer.core.errors import TformerError
-
     if not 0 < efficiency <= 1:
         raise TformerError(f"efficiency must be in (0, 1], got {efficiency}; 1 is the ideal roofline")
     if model not in ("auto", "peak", "measured"):

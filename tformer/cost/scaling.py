@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from fractions import Fraction
 
+from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.memory import activation_bytes
 from tformer.cost.roofline import COMPUTE_DTYPE, roofline
-from tformer.core.errors import TformerError
 
 PF_DAY = 1e15 * 86400  # FLOPs in one petaflop/s-day (Kaplan et al.'s compute unit)
 

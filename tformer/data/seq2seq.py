@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.data.tokenizers import ByteBPETokenizer, CharTokenizer
 
 IGNORE_INDEX = -100
 
@@ -101,8 +102,6 @@ def pair_tokenizers(train_pairs, kind: str = "bpe", vocab_size: int = 8000, all_
     held-out text still encodes); ``char`` needs every character it will meet, so it is built
     from ``all_pairs`` (all splits: only the character set leaks, not sentences).
     """
-    from tformer.data.tokenizers import ByteBPETokenizer, CharTokenizer
-
     if kind == "bpe":
         return tuple(ByteBPETokenizer.train((p[side] for p in train_pairs), vocab_size=vocab_size) for side in (0, 1))
     if kind == "char":

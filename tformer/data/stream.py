@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tformer.core.errors import TformerError
 from tformer.core.atomic import atomic_file, atomic_write_text
+from tformer.core.errors import TformerError
+from tformer.data.tokenizers import load
 
 FORMAT = "tformer-tokens"
 VERSION = 1
@@ -124,8 +125,6 @@ class TokenData:
         return self.splits["train"].vocab_size
 
     def tokenizer(self):
-        from tformer.data.tokenizers import load
-
         return load(self.directory)
 
     def get_batch(self, split: str, batch_size: int, seq_len: int, generator: torch.Generator | None = None):

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tformer.core.errors import TformerError
 from tformer.core.atomic import atomic_write_bytes, atomic_write_text
+from tformer.core.errors import TformerError
+from tformer.data.packages import cache_dir, extract_members, fetch_package
 
 DESCRIPTOR = "tformer-tokenizer.json"  # not tokenizer.json: that name belongs to HF's file
 FORMAT_VERSION = 1
@@ -203,6 +204,7 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def _load(cls, directory: Path, desc: dict):
+        # deferred: the tokenizer library loads only for the tokenizer that needs it
         from tokenizers import Tokenizer as HF
 
         return cls(HF.from_file(str(directory / desc["file"])), desc.get("special_ids"))
@@ -217,6 +219,7 @@ class ByteBPETokenizer(HFTokenizer):
     @classmethod
     def train(cls, texts, vocab_size: int = 4096, min_frequency: int = 2) -> ByteBPETokenizer:
         """Train on an iterable of strings (e.g. the lines of the training split)."""
+        # deferred: the tokenizer library loads only for the tokenizer that needs it
         from tokenizers import Tokenizer as HF
         from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -247,12 +250,14 @@ class WordPieceTokenizer(HFTokenizer):
 
     @classmethod
     def from_checkpoint(cls, directory) -> WordPieceTokenizer:
+        # deferred: the tokenizer library loads only for the tokenizer that needs it
         from tokenizers import Tokenizer as HF
 
         directory = Path(directory)
         if (directory / "tokenizer.json").is_file():
             hf = HF.from_file(str(directory / "tokenizer.json"))
         elif (directory / "vocab.txt").is_file():
+            # deferred: the tokenizer library loads only for the tokenizer that needs it
             from tokenizers.implementations import BertWordPieceTokenizer
 
             lowercase = True
@@ -278,6 +283,7 @@ class GPT2Tokenizer(Tokenizer):
     kind = "gpt2"
 
     def __init__(self, ranks_path):
+        # deferred: the tokenizer library loads only for the tokenizer that needs it
         import tiktoken
 
         self.ranks_path = Path(ranks_path)
@@ -338,8 +344,6 @@ def load_tiktoken_ranks(path: Path) -> dict[bytes, int]:
 
 def gpt2_ranks_path() -> Path:
     """The GPT-2 ranks file, extracted once from the whisper sdist into the cache."""
-    from tformer.data.packages import cache_dir, extract_members, fetch_package
-
     target_dir = cache_dir() / "tokenizers" / "gpt2"
     target = target_dir / GPT2_RANKS_FILE
     if not target.is_file():

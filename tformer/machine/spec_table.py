@@ -14,7 +14,7 @@ import copy
 import difflib
 
 from tformer.core.errors import TformerError
-from tformer.machine.device import T, GiB, Device
+from tformer.machine.device import Device, GiB, T
 from tformer.machine.peaks import gpu_bandwidth
 
 

@@ -19,7 +19,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 
 from tformer.core import fmt
-from tformer.machine.device import GiB, Device
+from tformer.machine.device import Device, GiB
 from tformer.machine.gpu_specs import GPUInfo, gpu_peaks
 from tformer.machine.peaks import Peak, cpu_peak_flops, memory_bandwidth
 from tformer.machine.spec_table import lookup, match_gpu_name

@@ -19,19 +19,32 @@ The records a run returns (points, comparisons, BenchResult) live in tformer.mac
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import statistics
 import time
 
+import torch
+
 from tformer.core import fmt
 from tformer.core.errors import TformerError
-from tformer.machine.bench_records import (MATMUL_DTYPES, STREAM_ARRAYS, STREAM_KERNELS, BenchResult, Comparison,
-                                           DeviceBench, GemvPoint, MatmulPoint, StreamPoint)
-from tformer.machine.peaks import cpu_peak_flops
 from tformer.machine import profile_store
+from tformer.machine.bench_records import (
+    MATMUL_DTYPES,
+    STREAM_ARRAYS,
+    STREAM_KERNELS,
+    BenchResult,
+    Comparison,
+    DeviceBench,
+    GemvPoint,
+    MatmulPoint,
+    StreamPoint,
+)
+from tformer.machine.peaks import cpu_peak_flops
 from tformer.machine.specs import NO_NATIVE, cpu_flops_per_cycle, last_level_cache_bytes
 from tformer.measure.probe import detect_machine
+from tformer.model.linear import linear
 
 # Size sweeps. bf16/fp16 on CPUs without native support run ~100x slower than fp32, so their sweep
 # starts small and the per-call time budget below stops it before it eats the run.
@@ -97,16 +110,12 @@ def time_calls(fn, sync, reps: int, min_rep_s: float, warmup: int = 2) -> tuple[
 
 
 def _torch_dtype(dtype: str):
-    import torch
-
     return {"fp32": torch.float32, "tf32": torch.float32, "fp64": torch.float64, "bf16": torch.bfloat16,
             "fp16": torch.float16, "int8": torch.int8}[dtype]
 
 
 def _sync_for(device: str):
     if device.startswith("cuda"):
-        import torch
-
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
 
@@ -114,8 +123,6 @@ def _sync_for(device: str):
 def bench_matmul(device: str, dtype: str, n: int, reps: int = 5, min_rep_s: float = 0.02,
                  warmup: int = 2) -> tuple[MatmulPoint, float]:
     """One point of the curve; also returns the time of one warm call (used to stop slow sweeps)."""
-    import torch
-
     gen = torch.Generator(device="cpu").manual_seed(n)
     if dtype == "int8":
         a = torch.randint(-8, 8, (n, n), dtype=torch.int8, generator=gen).to(device)
@@ -141,8 +148,6 @@ def bench_matmul(device: str, dtype: str, n: int, reps: int = 5, min_rep_s: floa
 def bench_stream(device: str, elements: int, reps: int = 5, min_rep_s: float = 0.02,
                  kernels=STREAM_KERNELS) -> list[StreamPoint]:
     """STREAM copy/scale/add/triad on fp32 arrays of ``elements`` each."""
-    import torch
-
     a = torch.ones(elements, device=device)
     b = torch.full((elements,), 2.0, device=device)
     c = torch.zeros(elements, device=device)
@@ -182,9 +187,6 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
     model's own Linear call (so the prediction is for the kernel decode really runs), one layer's
     weights after another as in decode, so with enough bytes in all no call finds its W in the
     cache. Bytes and times are per call of one W."""
-    import torch
-
-    from tformer.model.linear import linear
 
     tdt = _torch_dtype(dtype)
     gen = torch.Generator(device="cpu").manual_seed(k)
@@ -213,8 +215,6 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
 def _stream_elements(device: str, specs, quick: bool) -> tuple[int, str]:
     """fp32 elements per array: 4x the last-level cache (STREAM's rule), within a share of memory."""
     if device.startswith("cuda"):
-        import torch
-
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
         target = max(4 * l2, (256 if quick else 1024) * 2**20)
         free, _ = torch.cuda.mem_get_info(device)
@@ -229,8 +229,6 @@ def _stream_elements(device: str, specs, quick: bool) -> tuple[int, str]:
 
 
 def _devices(devices) -> list[str]:
-    import torch
-
     cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     if devices is None or devices == "all":
         return ["cpu"] + cuda
@@ -270,9 +268,6 @@ def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | 
     ``progress``: optional callable(str) for a line per step. ``threads``: CPU threads for the run
     (default: PyTorch's current setting), restored afterwards.
     """
-    import datetime
-
-    import torch
 
     started = time.perf_counter()
     load_before = _load_average()
@@ -325,8 +320,6 @@ def run_bench(quick: bool = True, devices=None, dtypes=None, sizes: list[int] | 
 
 def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stream, specs, say, deadline,
                  load_before=None):
-    import torch
-
     results = []
     for dev in devs:
         is_gpu = dev.startswith("cuda")

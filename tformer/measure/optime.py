@@ -21,6 +21,7 @@ How (and why this way):
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -212,8 +213,6 @@ def call_overhead(reps: int = 7, calls: int = 400) -> float:
     Python module call, dispatcher and kernel launch with almost no arithmetic: what every op of
     the ledger pays on top of its FLOPs and bytes.
     """
-    import statistics
-
     layer = torch.nn.Linear(8, 8)
     x = torch.randn(1, 8)
     with torch.no_grad():

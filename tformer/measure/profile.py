@@ -13,14 +13,22 @@ Three kinds of step, none of which pays for another's instrumentation:
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.cost.ledger import ledger
+from tformer.cost.roofline import COMPUTE_DTYPE, roofline
+from tformer.machine import Device, resolve_hardware
+from tformer.machine.profile_store import load_measured_device, save_profile
+from tformer.measure.bench import run_bench
+from tformer.measure.optime import FlopRecorder, Hooks, Timeline, attribute, merge
+from tformer.measure.step import StepRunner, framework_overhead
 
 ATTENTION_NOTE = ("attention's scores, softmax and context run inside one module with no hooks between them: "
                   "they are measured together as one row (named by 'scores', listing what it covers), and "
@@ -212,8 +220,6 @@ def measure_peak_memory(runner, lg, device: str) -> PeakMemory:
                       "/proc/self/clear_refs) — includes the Python interpreter, PyTorch and the allocator's "
                       "free-but-kept pages; 'increase' is over the resident set just before the step")
         else:
-            import resource
-
             runner.step()
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             method = ("CPU: lifetime peak resident set of the process (getrusage ru_maxrss; the high-water mark "
@@ -244,8 +250,6 @@ def _theoretical_peak(device: str, dtype: str) -> tuple[float | None, str]:
 def resolve_profile_hardware(hardware, torch_device: str, progress=None) -> tuple[object, list[str]]:
     """The Device predictions use: ``hardware`` if given, else this machine's measured profile, running
     (and saving) a quick bench first when none is saved. Returns (device, notes)."""
-    from tformer.machine import Device, resolve_hardware
-    from tformer.machine.profile_store import load_measured_device, save_profile
 
     notes: list[str] = []
     which = "cpu" if torch_device == "cpu" else (torch_device if ":" in torch_device else "cuda:0")
@@ -253,8 +257,6 @@ def resolve_profile_hardware(hardware, torch_device: str, progress=None) -> tupl
         return (hardware if isinstance(hardware, Device) else resolve_hardware(hardware)), notes
     device = load_measured_device(device=which)
     if device is None:
-        from tformer.measure.bench import run_bench
-
         if progress:
             progress("no measured profile saved for this machine: running `tformer bench --quick` first")
         started = time.perf_counter()
@@ -267,8 +269,6 @@ def resolve_profile_hardware(hardware, torch_device: str, progress=None) -> tupl
 
 
 def _rows(runner, lg, roof, timelines, flop_timeline, hooked) -> list[OpRow]:
-    from tformer.measure.optime import attribute, merge
-
     pred = {}
     for i, (op, t) in enumerate(zip(lg.ops, roof.ops)):
         pred[id(op)] = t
@@ -322,10 +322,6 @@ def _rows(runner, lg, roof, timelines, flop_timeline, hooked) -> list[OpRow]:
 def phase_comparison(config, workload, device, efficiency: float, measured: dict[str, float]) -> tuple[list[PhaseRow], str]:
     """Train vs prefill vs decode (encoders: train vs forward) from the ledger, with measured MFU
     where the phase was run, and one sentence on why they differ."""
-    from dataclasses import replace
-
-    from tformer.cost.ledger import ledger
-    from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 
     phases = config.traits.compared_phases
     dtype = COMPUTE_DTYPE[workload.dtype]
@@ -390,10 +386,6 @@ def _profile(config, workload, device: str | None = None, hardware=None, steps: 
     steps, warmup: clean steps timed after ``warmup`` untimed ones. op_steps: instrumented steps
     for the per-op rows (default: ``steps``, at most 5).
     """
-    from tformer.cost.ledger import ledger
-    from tformer.cost.roofline import COMPUTE_DTYPE, roofline
-    from tformer.measure.optime import FlopRecorder, Hooks, Timeline
-    from tformer.measure.step import StepRunner, framework_overhead
 
     say = progress or (lambda _m: None)
     for label, value, low in (("steps", steps, 1), ("warmup", warmup, 0)):
@@ -411,7 +403,6 @@ def _profile(config, workload, device: str | None = None, hardware=None, steps: 
     if hw.kind == "measured" and device == "cpu":
         # On a CPU the framework's glue runs in line with the arithmetic, so it adds to the step: a
         # few ms per decode step of GPT-2, several times the cost of one bare op call per op.
-        from dataclasses import replace
 
         say("measuring the framework's per-op cost on the model's skeleton")
         per_op, how = framework_overhead(config, workload, device, hw)

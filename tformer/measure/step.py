@@ -12,6 +12,8 @@ from dataclasses import replace
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.cost.ledger import ledger
+from tformer.cost.roofline import roofline
 from tformer.model import build
 from tformer.model.runners import runner_for
 
@@ -83,8 +85,6 @@ class StepRunner:
 
     # Setup ---------------------------------------------------------------------------------------
     def _build_optimizers(self) -> None:
-        from tformer.cost.ledger import ledger
-
         modules = dict(self.model.named_modules())
         seen: set[int] = set()
         for op in ledger(self.config, self.workload).select(phase="optimizer"):
@@ -200,8 +200,6 @@ def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmu
     subtract its own roofline prediction (near zero), and share the rest over its ledger ops, whose
     count equals the full model's. Returns (seconds per op, how it was measured).
     """
-    from tformer.cost.ledger import ledger
-    from tformer.cost.roofline import roofline
 
     small, work, step, steps = time_skeleton(config, workload, device, steps, warmup)
     lg = ledger(small, work)

@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tformer.core.errors import TformerError
+
 IGNORE_INDEX = -100  # label value that the losses skip (padding, unmasked MLM positions)
 
 
@@ -46,8 +48,6 @@ class TransformerModel(nn.Module):
         if input_ids.numel() and input_ids.device.type != "meta" and not torch.compiler.is_compiling() and (
             int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size
         ):
-            from tformer.core.errors import TformerError
-
             raise TformerError(
                 f"token id {int(input_ids.max()) if int(input_ids.max()) >= self.config.vocab_size else int(input_ids.min())} "
                 f"is outside the vocabulary [0, {self.config.vocab_size}); check the tokenizer matches the model"

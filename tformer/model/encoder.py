@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
@@ -73,8 +74,6 @@ class EncoderModel(TransformerModel):
         loss = None
         if labels is not None:
             if logits is None:
-                from tformer.core.errors import TformerError
-
                 raise TformerError("labels given but the model has no MLM head; build it with lm_head=true")
             loss = lm_loss(logits, labels, shift=False)
         return ModelOutput(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
@@ -59,8 +60,6 @@ class EncoderDecoderModel(TransformerModel):
         """Teacher forcing: the decoder reads [start, y1, ..., y_{T-1}] to predict [y1, ..., yT]."""
         start = self.config.decoder_start_token_id
         if start is None:
-            from tformer.core.errors import TformerError
-
             raise TformerError("decoder_start_token_id is not set; set it in the config or pass decoder_input_ids")
         shifted = labels.new_full(labels.shape, start)
         shifted[:, 1:] = labels[:, :-1]
@@ -84,8 +83,6 @@ class EncoderDecoderModel(TransformerModel):
             encoder_outputs, enc_w = self.encode(input_ids, attention_mask, output_attentions)
         if decoder_input_ids is None:
             if labels is None:
-                from tformer.core.errors import TformerError
-
                 raise TformerError("an encoder-decoder model needs decoder_input_ids (or labels to shift right)")
             decoder_input_ids = self.shift_right(labels)
         cache = past_key_values if past_key_values is not None else (self.new_cache() if use_cache else None)

@@ -83,6 +83,7 @@ def attention_maps(model, tokenizer, sentence: str, layer: int | None = None, ma
 
 def heatmap_figure(m: HeadMap):
     """One head's map: weights on a fixed 0..1 colour scale so heads can be compared by eye."""
+    # deferred: matplotlib loads only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -15,12 +15,28 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from tformer.core import fmt
+from tformer.core.atomic import atomic_dir
 from tformer.core.errors import TformerError
 from tformer.machine import cpu_flops_per_cycle, vs_theoretical
-from tformer.core import fmt
-from tformer.report import runs
-from tformer.report.context import Context, ReportOptions, build_context, load_average
+from tformer.model import build
+from tformer.report import (
+    runs,
+    section_appendix,
+    section_attention,
+    section_machine,
+    section_measured,
+    section_model,
+    section_phases,
+    section_roofline,
+    section_scaling,
+)
+from tformer.report.context import Context, ReportOptions, build_context, load_average, oversubscription_note
 from tformer.report.doc import Document
+from tformer.report.html import render_html
+from tformer.report.markdown import render_markdown
 
 MARKER = "report.json"  # an existing --out directory must hold one to be replaced
 
@@ -78,9 +94,6 @@ def _clean(value):
 def write_report(final: Path, doc: Document, data: dict) -> list[Path]:
     """report.md, report.html, report.json and plots/*.png, built in a temporary directory beside
     ``final`` and renamed over it: a crash, a full disk or Ctrl-C leaves the old report (or none)."""
-    from tformer.core.atomic import atomic_dir
-    from tformer.report.html import render_html
-    from tformer.report.markdown import render_markdown
 
     md, page = render_markdown(doc), render_html(doc)
     payload = json.dumps(_clean(data), indent=1, allow_nan=False)
@@ -104,9 +117,6 @@ def write_report(final: Path, doc: Document, data: dict) -> list[Path]:
 # ------------------------------------------------------------------------------------------------
 
 def measure(ctx: Context) -> None:
-    import torch
-
-    from tformer.model import build
 
     ok, why = runs.can_train(ctx)
     model = tokenizer = None
@@ -175,7 +185,6 @@ def summary_lines(ctx: Context, data: dict, wall_s: float, load_after: float | N
 
 def make_report(opts: ReportOptions, progress=None) -> ReportResult:
 
-    import torch
 
     final = check_output_dir(opts.out)
     prev_threads = torch.get_num_threads()
@@ -188,9 +197,6 @@ def make_report(opts: ReportOptions, progress=None) -> ReportResult:
 
 
 def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
-    from tformer.report import (section_appendix, section_attention, section_machine, section_measured,
-                                section_model, section_phases, section_roofline, section_scaling)
-    from tformer.report.context import oversubscription_note
 
     ctx = build_context(opts, progress)
     busy = oversubscription_note(ctx.load_before)

@@ -11,7 +11,16 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from tformer.core.errors import TformerError
+from tformer.cost.ledger import Workload, ledger
+from tformer.machine import resolve_hardware
+from tformer.machine.profile_store import load_profile, profile_path, save_profile
+from tformer.measure.bench import run_bench
+from tformer.measure.optime import call_overhead
+from tformer.measure.probe import detect_machine
+from tformer.train.setup import base_config
 
 DEFAULT_SENTENCE = "To be, or not to be, that is the question:"
 
@@ -91,8 +100,6 @@ class Context:
 def oversubscription_note(load: float | None) -> tuple[str, str] | None:
     """A sentence when other processes already kept every usable CPU busy: timings of small ops then
     include waits for a CPU (a BLAS/OpenMP thread descheduled mid-barrier stalls its partner)."""
-    import torch
-
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -114,14 +121,10 @@ def load_average() -> float | None:
 
 
 def resolve_config(opts: ReportOptions):
-    from tformer.train.setup import base_config
-
     return base_config(opts.preset, opts.config, opts.hf, opts.overrides)
 
 
 def pick_device(opts: ReportOptions) -> str:
-    import torch
-
     if opts.device:
         if opts.device.startswith("cuda") and not torch.cuda.is_available():
             raise TformerError(f"--device {opts.device} asked for, but no CUDA GPU is available; use --device cpu")
@@ -134,8 +137,6 @@ def pick_device(opts: ReportOptions) -> str:
 def machine_profile(torch_device: str, specs, say) -> tuple[object, str]:
     """The saved bench profile of this machine, or a fresh quick bench (saved) when there is none or
     it lacks the device analysed. Never the full bench: that is `tformer bench`'s job."""
-    from tformer.measure.bench import run_bench
-    from tformer.machine.profile_store import load_profile, profile_path, save_profile
 
     bench = load_profile()
     if bench is not None and any(d.device == torch_device for d in bench.devices):
@@ -152,10 +153,6 @@ def machine_profile(torch_device: str, specs, say) -> tuple[object, str]:
 
 
 def build_context(opts: ReportOptions, progress=None) -> Context:
-    from tformer.machine import resolve_hardware
-    from tformer.cost.ledger import Workload, ledger
-    from tformer.measure.optime import call_overhead
-    from tformer.measure.probe import detect_machine
 
     opts.validate()
     started = time.perf_counter()

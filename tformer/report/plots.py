@@ -11,6 +11,7 @@ DPI = 100
 
 
 def _figure(width: float = 7.5, height: float = 4.4):
+    # deferred: matplotlib loads only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -147,6 +148,7 @@ def kind_bars(rows: list[tuple[str, float, float]], title: str) -> bytes:
 def attention_grid(maps, title: str) -> bytes:
     """Every (layer, head) map of ``maps`` (tformer.report.attention_maps.HeadMap) in one grid:
     rows are layers, columns heads, all on one 0..1 colour scale, every token labelled."""
+    # deferred: matplotlib loads only when a figure is drawn
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import PowerNorm
     from matplotlib.figure import Figure

@@ -12,6 +12,14 @@ from pathlib import Path
 
 import torch
 
+from tformer.cost.ledger import ledger
+from tformer.cost.roofline import roofline
+from tformer.generate import generate
+from tformer.measure.profile import profile_model
+from tformer.measure.step import StepRunner
+from tformer.report.attention_maps import attention_maps
+from tformer.train.loop import TrainArgs, Trainer
+from tformer.train.setup import build_run
 
 
 class CharTokenizer:
@@ -47,9 +55,6 @@ def can_train(ctx) -> tuple[bool, str]:
 
 def training_run(ctx) -> dict:
     """Train on the corpus for the time budget; returns the metrics, the trained model and tokenizer."""
-    from tformer.cost.ledger import ledger
-    from tformer.train.loop import TrainArgs, Trainer
-    from tformer.train.setup import build_run
 
     opts, w = ctx.options, ctx.workloads["train"]
     ctx.say(f"training on {opts.data} for {opts.train_budget:.0f} s")
@@ -86,8 +91,6 @@ def training_run(ctx) -> dict:
 
 def profiles(ctx) -> dict:
     """`tformer profile` of a training step, a prefill and one decode step (encoders: a forward)."""
-    from tformer.measure.profile import profile_model
-
     quick = ctx.options.quick
     steps, warmup, op_steps = (2, 1, 1) if quick else (4, 2, 2)
     out = {}
@@ -128,8 +131,6 @@ def decode_curve(ctx) -> list[dict]:
     """Seconds per new token at context n: one cached decode step, and (no cache) a full forward over
     the n + 1 tokens, each measured and predicted by the roofline on the measured roofs."""
     from tformer.cost.ledger import Workload, ledger
-    from tformer.cost.roofline import roofline
-    from tformer.measure.step import StepRunner
 
     seq = ctx.workloads["decode"].seq
     contexts = decode_contexts(seq, 4 if ctx.options.quick else 6)
@@ -173,8 +174,6 @@ def generation_tokens(ctx) -> int:
 def generation(ctx, model, tokenizer, trained: bool) -> dict:
     """Real generation from the (trained) model with and without the KV cache, tokens/s measured."""
     from tformer.cost.ledger import Workload, ledger
-    from tformer.cost.roofline import roofline
-    from tformer.generate import generate
 
     seq = ctx.workloads["decode"].seq
     prompt_text = ctx.options.sentence
@@ -212,8 +211,6 @@ def generation(ctx, model, tokenizer, trained: bool) -> dict:
 def head_maps(ctx, model, tokenizer):
     """Attention weights of the first and the last layer (up to 8 heads each) on the sentence: what the
     model looks at first, and what it has built by the end."""
-    from tformer.report.attention_maps import attention_maps
-
     sentence = ctx.options.sentence
     limit = ctx.workloads["train"].seq
     ids = tokenizer.encode(sentence)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import platform
 
+import torch
+
+from tformer import __version__
 from tformer.core import fmt
 from tformer.report.doc import Section
 from tformer.report.section_roofline import appendix_ops
 
 
 def build(ctx, wall_s: float, load_after: float | None) -> Section:
-    import torch
-
-    from tformer import __version__
 
     sec = Section(None, "Appendix: conventions, every op, and this run", "appendix")
     conv = ctx.ledgers["train"].conventions()

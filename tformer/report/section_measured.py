@@ -3,8 +3,8 @@ profiled training step op by op against the ledger's prediction, and real decodi
 
 from __future__ import annotations
 
-from tformer.cost.roofline import roofline
 from tformer.core import fmt
+from tformer.cost.roofline import roofline
 from tformer.report import plots
 from tformer.report.doc import Section
 

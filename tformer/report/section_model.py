@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tformer.core import fmt
 from tformer.cost.conventions import COURSE_WEIGHTS, course_flops
 from tformer.cost.ledger import Workload, ledger
-from tformer.cost.scaling import activation_alternatives
 from tformer.cost.ops import KINDS
-from tformer.core import fmt
+from tformer.cost.scaling import activation_alternatives
 from tformer.report.doc import Section
 
 CONFIG_FIELDS = ("arch", "n_layers", "n_decoder_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff",

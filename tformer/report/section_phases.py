@@ -4,18 +4,17 @@ measured and predicted."""
 
 from __future__ import annotations
 
-from tformer.cost.scaling import decode_compute_bound_batch
 from tformer.core import fmt
+from tformer.cost.roofline import COMPUTE_DTYPE, roofline
+from tformer.cost.scaling import decode_compute_bound_batch
 from tformer.report import plots
 from tformer.report.doc import Section
+from tformer.report.section_model import describe
 
 
 def phase_rows(ctx) -> list[dict]:
     """Train, prefill and decode (encoders: train and forward) at the report's own workloads: the
     ledger's intensity and predicted time on the measured roofs, the profile's measured MFU."""
-    from tformer.cost.roofline import COMPUTE_DTYPE, roofline
-
-    from tformer.report.section_model import describe
 
     profs = ctx.results["profiles"]
     peak = ctx.measured.peak(COMPUTE_DTYPE[ctx.dtype])

@@ -4,8 +4,8 @@ intensity; the verdict per op kind, per op (appendix) and overall, with the reas
 
 from __future__ import annotations
 
-from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 from tformer.core import fmt
+from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 from tformer.report import plots
 from tformer.report.doc import Section
 

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tformer.cost.ledger import ledger
-from tformer.cost.scaling import (CHINCHILLA_TOKENS_PER_PARAM, WHAT_IF_KNOBS, attention_crossover, scaled_config,
-                                  training_run, what_if)
-from tformer.core.errors import TformerError
 from tformer.core import fmt
+from tformer.core.errors import TformerError
+from tformer.cost.ledger import ledger
+from tformer.cost.scaling import (
+    CHINCHILLA_TOKENS_PER_PARAM,
+    WHAT_IF_KNOBS,
+    attention_crossover,
+    scaled_config,
+    training_run,
+    what_if,
+)
 from tformer.report.doc import Section
 
 FACTOR = 2

@@ -33,6 +33,7 @@ def init_from_env(device: str) -> World:
 
 
 def wrap_ddp(model, device: torch.device):
+    # deferred: torch.distributed loads only for distributed runs
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None

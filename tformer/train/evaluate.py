@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tformer.generate import generate
+
 
 @dataclass
 class DecodeScores:
@@ -20,8 +22,6 @@ class DecodeScores:
 def decode_scores(model, pairs, tokenizer=None, limit: int = 200, batch_size: int = 32,
                   max_new_tokens: int = 64, num_beams: int = 1) -> DecodeScores:
     """Greedy (or beam) decode the first ``limit`` (source ids, target ids) pairs and score them."""
-    from tformer.generate import generate
-
     pairs = pairs[:limit]
     eos = model.config.eos_token_id
     hyps, refs, srcs = [], [], []
@@ -36,6 +36,7 @@ def decode_scores(model, pairs, tokenizer=None, limit: int = 200, batch_size: in
     exact = sum(h == r for h, r in zip(hyps, refs)) / max(len(pairs), 1)
     bleu = None
     if tokenizer is not None:
+        # deferred on purpose: heavy, loaded only when used
         import sacrebleu
 
         text = lambda ids: tokenizer.decode(ids, skip_special=True)

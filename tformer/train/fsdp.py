@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import contextlib
 
+from safetensors.torch import _remove_duplicate_names
+
+from tformer.model.blocks import Block
+
 
 def shard(model) -> None:
     """Shard in place: one FSDP unit per transformer Block (gathered only while it runs), then the root."""
+    # deferred: torch.distributed loads only for distributed runs
     from torch.distributed.fsdp import fully_shard
 
-    from tformer.model.blocks import Block
 
     # Record which tensors are tied (embedding = output head) while they are still plain tensors:
     # checkpoints store a tied tensor once, under the name safetensors' save_model keeps.
-    from safetensors.torch import _remove_duplicate_names
 
     model._tformer_tied = {kept: list(dropped) for kept, dropped in _remove_duplicate_names(model.state_dict()).items()}
     for module in list(model.modules()):
@@ -38,6 +41,7 @@ def grad_sync(model, enabled: bool):
 
 
 def _options():
+    # deferred: torch.distributed loads only for distributed runs
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     # Full (unsharded) tensors on CPU; only rank 0 receives them, the others get empty dicts.
@@ -52,6 +56,7 @@ def _param_names(model, optimizer) -> list[str]:
 
 def full_state(model, optimizer) -> tuple[dict, dict | None]:
     """(weights, optimizer state_dict) in the single-process format; collective, call on every rank."""
+    # deferred: torch.distributed loads only for distributed runs
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
     weights = get_model_state_dict(model, options=_options())
@@ -70,8 +75,8 @@ def full_state(model, optimizer) -> tuple[dict, dict | None]:
 
 def load_full(model, optimizer, weights: dict, optim_sd: dict | None) -> None:
     """Inverse of full_state: every rank passes the full tensors (read from the checkpoint) and keeps its shard."""
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    # deferred: torch.distributed loads only for distributed runs
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
 
     options = StateDictOptions(full_state_dict=True)
     weights = dict(weights)

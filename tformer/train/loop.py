@@ -8,19 +8,19 @@ see exactly the data one process would, and their loss curves agree.
 from __future__ import annotations
 
 import contextlib
-
 import math
-
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
-from tformer.core.errors import TformerError
 from tformer.core.atomic import existing_dir
+from tformer.core.errors import TformerError
 from tformer.model.base import IGNORE_INDEX
+from tformer.model.blocks import Block
 from tformer.model.runners import runner_for
 from tformer.train import distributed as dist_util
 from tformer.train import fsdp
@@ -293,9 +293,6 @@ def enable_activation_checkpointing(model) -> None:
     Wraps the blocks from outside (their forward is replaced on the instance), so the model's
     code and parameter names are unchanged.
     """
-    from torch.utils.checkpoint import checkpoint
-
-    from tformer.model.blocks import Block
 
     for module in model.modules():
         if isinstance(module, Block):

@@ -37,6 +37,7 @@ class TrainProgress:
     def start(self, total: int, completed: int) -> None:
         if not self.enabled or self._bar is not None:
             return
+        # deferred: rich loads only when something is printed with it
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 

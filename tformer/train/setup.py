@@ -12,10 +12,18 @@ from pathlib import Path
 
 import torch
 
+from tformer.core.atomic import atomic_write_text
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
+from tformer.data.corpora import get_corpus
+from tformer.data.mlm import mask_tokens
+from tformer.data.prepare import prepare
+from tformer.data.seq2seq import SYNTH_FIRST_SYMBOL
+from tformer.data.tokenizers import ByteBPETokenizer
 from tformer.data.weights import checkpoint_dir
 from tformer.interop.config import load_config
+from tformer.interop.hf import load_hf
+from tformer.model import build
 from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
 
 SYNTHETIC = ("copy", "reverse")
@@ -45,8 +53,6 @@ def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | 
 def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer: str = "char",
               vocab_size: int | None = None, hf_dir: str | None = None, max_pairs: int | None = None) -> Run:
     """Prepare the data, size the model's vocabulary to the tokenizer, and build the model."""
-    from tformer.model import build
-
     objective = config.traits.objective
     if seq_len > config.max_positions and config.position in ("learned", "sinusoidal"):
         raise TformerError(f"--seq-len {seq_len} is longer than the model's context of {config.max_positions} "
@@ -59,8 +65,6 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
                                 decoder_start_token_id=bos)
         source = Seq2SeqSource(train_pairs, val_pairs, pad, bos, eos, seed, max_len=seq_len)
     else:
-        from tformer.data.prepare import prepare
-
         if hf_dir and tokenizer == "char":
             tokenizer = str(checkpoint_dir(hf_dir))  # fine-tuning: the checkpoint's own WordPiece vocabulary
         token_data = prepare(data, tokenizer, vocab_size)
@@ -73,7 +77,6 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
                                f"{config.vocab_size}; use the checkpoint's own tokenizer")
         if objective == "mlm":
             config = config.replace(lm_head=True)
-            from tformer.data.mlm import mask_tokens
 
             specials = [tok.pad_id, getattr(tok, "cls_id", None), getattr(tok, "sep_id", None)]
 
@@ -95,8 +98,6 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
 
 def _load_pretrained(model, hf_dir: str) -> None:
     """Copy a checkpoint's weights in; heads it lacks (e.g. BertModel has no MLM head) keep their init."""
-    from tformer.interop.hf import load_hf
-
     pretrained = load_hf(hf_dir)
     ours = model.state_dict()
     loaded = {k: v for k, v in pretrained.state_dict().items() if k in ours and ours[k].shape == v.shape}
@@ -109,8 +110,6 @@ def _load_pretrained(model, hf_dir: str) -> None:
 
 def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pairs: int | None):
     if data in SYNTHETIC:
-        from tformer.data.seq2seq import SYNTH_FIRST_SYMBOL
-
         g = torch.Generator().manual_seed(seed)
 
         def make(n):
@@ -122,8 +121,6 @@ def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pai
             return out
 
         return None, make(50_000), make(512)
-    from tformer.data.corpora import get_corpus
-    from tformer.data.tokenizers import ByteBPETokenizer
 
     corpus = get_corpus(data)
     if corpus.kind != "pairs":
@@ -143,8 +140,6 @@ def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pai
 
 def save_run_files(out: Path, run: Run, args_dict: dict) -> None:
     """The tokenizer and the arguments beside the weights, so generate/translate can use the run."""
-    from tformer.core.atomic import atomic_write_text
-
     out.mkdir(parents=True, exist_ok=True)
     if run.tokenizer is not None:
         run.tokenizer.save(out / "tokenizer")

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.data.seq2seq import collate
 from tformer.model.runners import Batch  # what a runner's loss reads: model inputs + targets
 
 EVAL_SEED = 1234567  # fixed: every evaluation sees the same validation batches
@@ -85,8 +86,6 @@ class Seq2SeqSource(_Sampled):
         self.tokens_per_row = int(np.mean([len(t) + 1 for _, t in self.train[:1000]]))
 
     def _collate(self, pairs) -> Batch:
-        from tformer.data.seq2seq import collate
-
         b = collate([s for s, _ in pairs], [t for _, t in pairs], self.pad_id, self.bos_id, self.eos_id)
         inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask,
                   "decoder_input_ids": b.decoder_input_ids, "decoder_attention_mask": b.decoder_attention_mask}
