@@ -144,7 +144,7 @@ def test_failed_hf_save_keeps_the_previous_folder(tmp_path, monkeypatch):
 
 
 def test_failed_token_cache_build_leaves_nothing_behind(tmp_path, monkeypatch):
-    from tformer.data import prepare, stream
+    from tformer.data import prepare
 
     monkeypatch.setenv("TFORMER_CACHE", str(tmp_path / "cache"))
     text = tmp_path / "corpus.txt"
@@ -153,13 +153,13 @@ def test_failed_token_cache_build_leaves_nothing_behind(tmp_path, monkeypatch):
     def crash(*args, **kwargs):
         raise RuntimeError("killed mid-build")
 
-    real = stream.write_stream
-    monkeypatch.setattr(stream, "write_stream", crash)
+    real = prepare.write_stream  # the name prepare() calls
+    monkeypatch.setattr(prepare, "write_stream", crash)
     with pytest.raises(RuntimeError):
         prepare.prepare(str(text), "char")
     tokens = tmp_path / "cache" / "tokens"
     assert [p for p in tokens.rglob("*") if p.is_file()] == []
-    monkeypatch.setattr(stream, "write_stream", real)
+    monkeypatch.setattr(prepare, "write_stream", real)
     data = prepare.prepare(str(text), "char")
     assert (data.directory / "complete").is_file()
 

@@ -21,6 +21,8 @@ from tformer.core.errors import TformerError
 COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train", "generate", "translate", "export",
                  "data", "attention", "presets", "demo"]
 
+__all__ = ["COMMAND_ORDER", "build_parser", "command_modules", "main"]
+
 
 def command_modules() -> list[str]:
     found = [m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")]

@@ -1,1 +1,19 @@
-"""Training: optimizers and schedules, checkpoints, the loop, and scale-out with torchrun."""
+"""Training: the loop, the objectives' data sources, optimizers and schedules, resumable checkpoints
+(optimizer, RNG and FSDP state beside interop's model files), torchrun/DDP/FSDP, progress and metrics.
+
+    from tformer.train import TrainArgs, Trainer, base_config, build_run
+    run = build_run("shakespeare", base_config("char-small", None, None, []), seq_len=128, seed=0)
+    Trainer(run.model, run.source, TrainArgs(...)).run()   # final metrics; checkpoints, metrics.jsonl in out
+"""
+
+from tformer.train.checkpoint import load_checkpoint, save_checkpoint, save_weights
+from tformer.train.evaluate import DecodeScores, decode_scores
+from tformer.train.loop import TrainArgs, Trainer, enable_activation_checkpointing
+from tformer.train.optim import make_optimizer, parameter_groups
+from tformer.train.schedule import make_schedule
+from tformer.train.setup import Run, base_config, build_run, save_run_files
+from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
+
+__all__ = ["CausalLMSource", "DecodeScores", "MaskedLMSource", "Run", "Seq2SeqSource", "TrainArgs", "Trainer",
+           "base_config", "build_run", "decode_scores", "enable_activation_checkpointing", "load_checkpoint",
+           "make_optimizer", "make_schedule", "parameter_groups", "save_checkpoint", "save_run_files", "save_weights"]
