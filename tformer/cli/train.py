@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
+from tformer.cost.ledger import Workload, ledger
+from tformer.machine import resolve_hardware
 
 NAME = "train"
 HELP = "Train a model: causal LM (decoder), masked LM (encoder) or seq2seq (encoder-decoder)."
@@ -144,11 +146,6 @@ def _report_decoding(run_, out, log) -> None:
 
 def _flops_and_peak(config, seq_len, tokens_per_row, args, device, log):
     """Training FLOPs per step from the ledger and this device's peak, for the MFU column."""
-    try:
-        from tformer.cost.ledger import Workload, ledger
-        from tformer.machine import resolve_hardware
-    except ImportError:
-        return None, None
     flops = ledger(config, Workload(phase="train", batch=args.batch_size, seq=tokens_per_row)).flops["matmul"]
     dtype = "bf16" if args.precision == "bf16" else "fp32"
     try:

@@ -13,8 +13,14 @@ from tformer.data.mlm import mask_tokens
 from tformer.data.packages import PackageFetchError, fetch_package
 from tformer.data.seq2seq import PairBatcher, Seq2SeqBatch, collate, synthetic_batch
 from tformer.data.stream import BatchIterator, TokenData, TokenStream
-from tformer.data.tokenizers import (ByteBPETokenizer, CharTokenizer, GPT2Tokenizer, HFTokenizer, Tokenizer,
-                                     WordPieceTokenizer)
+from tformer.data.tokenizers import (
+                                     ByteBPETokenizer,
+                                     CharTokenizer,
+                                     GPT2Tokenizer,
+                                     HFTokenizer,
+                                     Tokenizer,
+                                     WordPieceTokenizer,
+)
 from tformer.data.tokenizers import load as load_tokenizer
 from tformer.data.weights import PackagedCheckpoint, checkpoint_dir
 

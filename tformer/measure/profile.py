@@ -28,6 +28,7 @@ from tformer.machine import Device, resolve_hardware
 from tformer.machine.profile_store import load_measured_device, save_profile
 from tformer.measure.bench import run_bench
 from tformer.measure.optime import FlopRecorder, Hooks, Timeline, attribute, merge
+from tformer.measure.probe import detect_machine
 from tformer.measure.step import StepRunner, framework_overhead
 
 ATTENTION_NOTE = ("attention's scores, softmax and context run inside one module with no hooks between them: "
@@ -231,9 +232,7 @@ def measure_peak_memory(runner, lg, device: str) -> PeakMemory:
 
 def _theoretical_peak(device: str, dtype: str) -> tuple[float | None, str]:
     try:
-        from tformer.measure.probe import detect_machine as detect
-
-        specs = detect()
+        specs = detect_machine()
     except Exception as exc:  # detection is best effort; a crash here must not lose the profile
         return None, f"unknown: detection failed ({type(exc).__name__})"
     if device.startswith("cuda"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tformer.cost.ledger import ledger
+from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import roofline
 from tformer.generate import generate
 from tformer.measure.profile import profile_model
@@ -130,8 +130,6 @@ def _median_time(runner, sync, reps: int, cap_s: float) -> float:
 def decode_curve(ctx) -> list[dict]:
     """Seconds per new token at context n: one cached decode step, and (no cache) a full forward over
     the n + 1 tokens, each measured and predicted by the roofline on the measured roofs."""
-    from tformer.cost.ledger import Workload, ledger
-
     seq = ctx.workloads["decode"].seq
     contexts = decode_contexts(seq, 4 if ctx.options.quick else 6)
     reps, cap = (3, 0.3) if ctx.options.quick else (5, 0.6)
@@ -173,8 +171,6 @@ def generation_tokens(ctx) -> int:
 
 def generation(ctx, model, tokenizer, trained: bool) -> dict:
     """Real generation from the (trained) model with and without the KV cache, tokens/s measured."""
-    from tformer.cost.ledger import Workload, ledger
-
     seq = ctx.workloads["decode"].seq
     prompt_text = ctx.options.sentence
     prompt = tokenizer.encode(prompt_text)[: max(1, seq // 4)]

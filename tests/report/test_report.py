@@ -234,7 +234,6 @@ def test_full_disk_through_the_cli_is_exit_2(cache, tmp_path, monkeypatch, capsy
 
 
 def test_quick_never_runs_the_full_bench(tmp_path, monkeypatch):
-    from tformer.measure import bench as bench_module
     from tformer.report import context
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -244,7 +243,7 @@ def test_quick_never_runs_the_full_bench(tmp_path, monkeypatch):
         calls.append(quick)
         return fake_bench()
 
-    monkeypatch.setattr(bench_module, "run_bench", fake_run_bench)
+    monkeypatch.setattr(context, "run_bench", fake_run_bench)  # the name machine_profile() calls
     bench, note = context.machine_profile("cpu", None, lambda _m: None)
     assert calls == [True] and "quick bench ran now" in note
     # Saved, so the next report reuses it instead of benchmarking again.

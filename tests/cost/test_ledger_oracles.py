@@ -1,4 +1,4 @@
-"""Every worked case of tests/oracles/textbook_cases.json, reproduced through tformer's public API
+"""Every worked case of tests/cost/oracles/textbook_cases.json, reproduced through tformer's public API
 under the case's own convention: model-level cases through ledger(), formula-level cases through
 the named functions of tformer.cost (never by evaluating the case's formula string)."""
 

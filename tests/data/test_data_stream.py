@@ -139,6 +139,6 @@ def test_prepare_refuses_pairs(monkeypatch):
     from tformer.data import corpora
 
     pairs = corpora.Corpus("pairs", "pairs", "k", "", texts={"train": "a\tb\n"})
-    monkeypatch.setattr(corpora, "get_corpus", lambda name: pairs)
+    monkeypatch.setattr(prep, "get_corpus", lambda name: pairs)  # the name prepare() calls
     with pytest.raises(TformerError, match="translation pairs"):
         prep.prepare("tatoeba-en-es", "char")

@@ -14,7 +14,7 @@ import pytest
 from tformer.core.errors import TformerError
 from tformer.machine import above_peak_note, implied_clock_hz, vs_theoretical
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def imported_modules(*args: str) -> set[str]:

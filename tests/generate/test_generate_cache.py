@@ -1,6 +1,6 @@
 """The KV cache never changes what generation produces.
 
-tests/test_kv_cache_model.py feeds the model fixed tokens step by step; here the runners'
+tests/model/test_kv_cache_model.py feeds the model fixed tokens step by step; here the runners'
 prefill and step, which `generate` uses, are driven by the tokens they choose themselves, with
 left-padded batches, both cache layouts, GQA, and every position scheme, and compared with the recompute-everything
 path at every step.

@@ -18,9 +18,9 @@ SCRIPT = Path(__file__).parent / "helpers" / "tiny_train.py"
 
 
 def _run(*args, torchrun=0):
-    # The helper script runs from tests/helpers; it must import this checkout's tformer, whatever
+    # The helper script runs from tests/train/helpers; it must import this checkout's tformer, whatever
     # an installed copy points at.
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     if torchrun:
