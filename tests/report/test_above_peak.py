@@ -70,4 +70,4 @@ def test_report_machine_section_and_summary_say_why():
     assert not re.search(r"115\.0%'\]", text)  # never the bare ratio as a cell
     line = machine_line(ctx)
     assert line.startswith("machine: fp32 matmul measured")
-    assert "(115.0% (measured above the theoretical peak: it implies a 2.812 GHz clock" in line
+    assert ": 115.0% (measured above the theoretical peak: it implies a 2.812 GHz clock" in line

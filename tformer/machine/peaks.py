@@ -81,7 +81,7 @@ def above_peak_note(measured: float | None, theoretical: float | None,
     if not flops_per_cycle:
         return "measured above the theoretical peak: the spec-derived figure is below what this device reaches"
     return (f"measured above the theoretical peak: it implies a {fmt.hz(measured / flops_per_cycle)} clock, "
-            f"the formula used {fmt.hz(theoretical / flops_per_cycle)} (a nominal clock hides the boost clock)")
+            f"the formula used {fmt.hz(theoretical / flops_per_cycle)}, a nominal clock that hides the boost clock")
 
 
 def vs_theoretical(measured: float | None, theoretical: float | None, flops_per_cycle: float | None = None) -> str:

@@ -143,8 +143,8 @@ def machine_line(ctx: Context) -> str:
     """Measured vs theoretical peak; above 100% it says so and gives the clock the measurement implies."""
     peak, theo = ctx.measured.peak(ctx.dtype), ctx.theoretical.peak(ctx.dtype)
     per_cycle = None if ctx.is_gpu else cpu_flops_per_cycle(ctx.specs.cpu, ctx.dtype)
-    return (f"machine: {ctx.dtype} matmul measured {fmt.rate(peak)} vs theoretical {fmt.rate(theo)} "
-            f"({vs_theoretical(peak, theo, per_cycle)}); bandwidth measured {fmt.bandwidth(ctx.measured.bandwidth)}")
+    return (f"machine: {ctx.dtype} matmul measured {fmt.rate(peak)} vs theoretical {fmt.rate(theo)}: "
+            f"{vs_theoretical(peak, theo, per_cycle)}; bandwidth measured {fmt.bandwidth(ctx.measured.bandwidth)}")
 
 
 def summary_lines(ctx: Context, data: dict, wall_s: float, load_after: float | None) -> list[str]:
