@@ -12,10 +12,10 @@ import torch
 
 from tformer.cli import main
 from tformer.core.config import preset
-from tformer.cost.ledger import Workload, ledger
 from tformer.core.errors import TformerError
-from tformer.measure.bench import BenchResult, Comparison, DeviceBench, MatmulPoint, StreamPoint
+from tformer.cost.ledger import Workload, ledger
 from tformer.machine.profile_store import machine_key, save_profile
+from tformer.measure.bench import BenchResult, Comparison, DeviceBench, MatmulPoint, StreamPoint
 from tformer.report.doc import Document, Section
 
 TINY = ["--set", "n_layers=2", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ff=64",
@@ -193,20 +193,25 @@ def _doc() -> Document:
     return Document("t", ["line"], [sec])
 
 
+def _disk_full_at(name, monkeypatch):
+    """Writing a file called ``name`` fails as on a full disk (ENOSPC); every other write goes through."""
+    real = Path.write_text
+
+    def full(self, *a, **k):
+        if self.name == name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+
+
 def test_full_disk_keeps_the_old_report_and_leaves_no_partial(tmp_path, monkeypatch):
     from tformer.report import build as report_build
 
     out = tmp_path / "report"
     report_build.write_report(out, _doc(), {"v": 1})
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
-    real = Path.write_text
-
-    def full(self, *a, **k):
-        if self.name == "report.html":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(Path, "write_text", full)
+    _disk_full_at("report.html", monkeypatch)
     with pytest.raises(TformerError, match="no space left"):
         report_build.write_report(out, _doc(), {"v": 2})
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before  # the old one, whole
@@ -214,14 +219,7 @@ def test_full_disk_keeps_the_old_report_and_leaves_no_partial(tmp_path, monkeypa
 
 
 def test_full_disk_through_the_cli_is_exit_2(cache, tmp_path, monkeypatch, capsys):
-    real = Path.write_text
-
-    def full(self, *a, **k):
-        if self.name == "report.html":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(Path, "write_text", full)
+    _disk_full_at("report.html", monkeypatch)
     prev = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

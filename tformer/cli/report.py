@@ -1,19 +1,18 @@
 """`tformer report`: the whole system analysis of a model on this machine — the machine, the model's
 arithmetic, the roofline, prediction vs measurement, training vs inference, scaling, attention maps —
 as report.md, a self-contained report.html and report.json."""
+
 import json
 import sys
+
+from tformer.cli._cost_common import add_model_arguments
 
 NAME = "report"
 HELP = "Analyse a model on this machine: Markdown + self-contained HTML report with plots (default char-small)."
 
 
 def add_arguments(p) -> None:
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--preset", help="preset name (see `tformer presets`); default char-small")
-    src.add_argument("--config", metavar="FILE", help="a tformer config JSON (or a Hugging Face config.json)")
-    src.add_argument("--hf", metavar="DIR", help="a Hugging Face model directory (its config.json)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    add_model_arguments(p)
     p.add_argument("--hardware", metavar="NAME|FILE",
                    help="also predict for this device (spec-table name or JSON): roofline and scaling use it; "
                         "measurements always run on this machine")
