@@ -1,12 +1,119 @@
-"""Write files and directories so that a crash never leaves a half-written one under the final name."""
+"""Write files and directories so that a crash never leaves a half-written one under the final name.
+
+Every helper writes under a temporary name in the destination's own folder (so the last step is a
+rename on one filesystem), fsyncs what it wrote, renames, and fsyncs the folder where the OS allows.
+Any OS error on the way (a full disk, no permission, a read-only filesystem, a file where a folder
+should be, a name too long ...) removes the temporary and surfaces as one WriteError (a TformerError)
+that names the path, the cause in words and the fix. check_output_dir runs the same checks on an
+output folder before a command starts its work.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
+
+from tformer.core.errors import TformerError
+
+# Free space below which an output folder is refused up front: nothing tformer writes fits in less.
+MIN_FREE_BYTES = 1 << 20
+
+# errno -> (the cause in words, the fix); "{what}" is the flag or kind of path the user chose.
+_CAUSES = {
+    errno.ENOSPC: ("no space left on the device", "free space or choose another {what}"),
+    errno.EDQUOT: ("disk quota exceeded", "free space or choose another {what}"),
+    errno.EACCES: ("permission denied", "choose a folder you can write to, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a folder you can write to, or fix its permissions"),
+    errno.EROFS: ("the filesystem is read-only", "choose another {what} on a writable disk"),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", "choose another {what}"),
+    errno.EEXIST: ("a file is in the way", "remove it or choose another {what}"),
+    errno.EISDIR: ("a folder is in the way", "remove it or choose another {what}"),
+    errno.ENAMETOOLONG: ("the name is too long", "choose a shorter {what}"),
+    errno.ENOENT: ("a folder on the way cannot be created", "choose another {what}"),
+    errno.EIO: ("an I/O error from the device", "check the disk or choose another {what}"),
+}
+
+
+class WriteError(TformerError, OSError):
+    """A write that failed for an OS reason: a TformerError for the CLI (one line, exit 2) and still an
+    OSError with its ``errno`` for callers that catch those; ``path`` is where it was going."""
+
+    def __init__(self, message: str, path: Path, code: int | None):
+        super().__init__(message)
+        self.path, self.errno = path, code  # strerror stays None, so str() is the message alone
+
+
+def describe_os_error(exc: OSError, what: str = "output path") -> tuple[str, str]:
+    """(cause, fix) in words for an OSError."""
+    cause, fix = _CAUSES.get(exc.errno, (exc.strerror or str(exc) or type(exc).__name__, "choose another {what}"))
+    return cause, fix.format(what=what)
+
+
+def write_error(path: str | Path, exc: OSError, what: str = "output path") -> WriteError:
+    cause, fix = describe_os_error(exc, what)
+    return WriteError(f"cannot write {path}: {cause}; {fix}", Path(path), exc.errno)
+
+
+def _as_os_error(exc: BaseException) -> OSError | None:
+    """The OSError inside an exception: itself, or a writer library's wrapped I/O error (safetensors
+    reports a full disk as SafetensorError('... No space left on device (os error 28)'))."""
+    if isinstance(exc, OSError):
+        return exc
+    if type(exc).__name__ == "SafetensorError":
+        found = re.search(r"\(os error (\d+)\)", str(exc))
+        if found:
+            code = int(found.group(1))
+            return OSError(code, os.strerror(code))
+    return None
+
+
+@contextlib.contextmanager
+def _writing(final: Path, temporary: Path | None = None):
+    """Turn an OS error raised inside into a WriteError naming ``final`` (a file under ``temporary``,
+    a staging folder, is named by where it was going)."""
+    try:
+        yield
+    except TformerError:
+        raise
+    except Exception as exc:
+        os_exc = _as_os_error(exc)
+        if os_exc is None:
+            raise
+        named = final
+        if temporary is not None and os_exc.filename:
+            with contextlib.suppress(ValueError):
+                named = final / Path(os_exc.filename).relative_to(temporary)
+        raise write_error(named, os_exc) from exc
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable; some systems cannot open a folder, which is harmless."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _fsync_file(Path(folder) / name)
+        _fsync_dir(Path(folder))
 
 
 @contextlib.contextmanager
@@ -17,20 +124,31 @@ def atomic_dir(final: str | Path):
     or the new complete version exists (readers look for ``.NAME.old`` if NAME is missing).
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp = None
     try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = final.parent / f".{final.name}.old"
-    if old.exists():
-        shutil.rmtree(old)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+        with _writing(final):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        with _writing(final, tmp):
+            yield tmp
+            _fsync_tree(tmp)
+            old = final.parent / f".{final.name}.old"
+            if old.exists():
+                shutil.rmtree(old)
+            moved = final.exists()
+            if moved:
+                os.replace(final, old)
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                if moved:  # put the previous version back under its name
+                    os.replace(old, final)
+                raise
+            _fsync_dir(final.parent)
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def existing_dir(final: str | Path) -> Path | None:
@@ -45,28 +163,33 @@ def existing_dir(final: str | Path) -> Path | None:
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
     """Yield a temporary path beside ``path`` for a writer that wants a file name (safetensors, say);
-    on success it is renamed to ``path``, on failure removed."""
+    on success it is synced and renamed to ``path``, on failure removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary, shareable files
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        with _writing(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+            os.close(fd)
+            tmp = Path(name)
+            yield tmp
+            _fsync_file(tmp)
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; these are ordinary, shareable files
+            os.replace(tmp, path)
+            tmp = None
+            _fsync_dir(path.parent)
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "wb"):
     """Yield a file open for writing at a temporary name; on success it is synced and renamed to ``path``."""
-    with atomic_path(path) as tmp, open(tmp, mode) as f:
+    with atomic_path(path) as tmp, _writing(Path(path)), open(tmp, mode) as f:
         yield f
         f.flush()
-        os.fsync(f.fileno())
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -88,21 +211,29 @@ def atomic_files(directory: str | Path, names: tuple[str, ...]):
     appears whole, in one rename.
     """
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    stage = None
     try:
-        yield stage
-        missing = [n for n in names if not (stage / n).is_file()]
-        if missing:
-            raise FileNotFoundError(f"atomic_files: the writer left out {', '.join(missing)}")
-        if not directory.exists():
-            os.chmod(stage, 0o755)  # mkdtemp makes 0700; a saved model is meant to be shared
-            os.rename(stage, directory)
-            return
-        for name in names:
-            os.replace(stage / name, directory / name)
+        with _writing(directory):
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            stage = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+        with _writing(directory, stage):
+            yield stage
+            missing = [n for n in names if not (stage / n).is_file()]
+            if missing:
+                # a bug in the caller, not an OS fault: not worded as a write error
+                raise RuntimeError(f"atomic_files: the writer left out {', '.join(missing)}")
+            _fsync_tree(stage)
+            if not directory.exists():
+                os.chmod(stage, 0o755)  # mkdtemp makes 0700; a saved model is meant to be shared
+                os.rename(stage, directory)
+                _fsync_dir(directory.parent)
+                return
+            for name in names:
+                os.replace(stage / name, directory / name)
+            _fsync_dir(directory)
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -113,14 +244,48 @@ def atomic_new_dir(final: str | Path, marker: str):
     same build first (its ``marker`` file is there), its copy is as good as ours and ours is dropped.
     """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp = None
     try:
-        yield tmp
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / marker).is_file():
-                raise
+        with _writing(final):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        with _writing(final, tmp):
+            yield tmp
+            _fsync_tree(tmp)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not (final / marker).is_file():
+                    raise
+            _fsync_dir(final.parent)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_output_dir(path: str | Path, what: str = "--out", min_free: int = MIN_FREE_BYTES) -> Path:
+    """Refuse, in one line and before any work, an output folder that cannot be written.
+
+    Checks: ``path`` is not a file; no folder above it is a file; the nearest existing folder accepts
+    a new entry (a temporary folder is created and removed there, which catches permissions,
+    read-only and virtual filesystems even for root); that disk has at least ``min_free`` bytes.
+    Nothing is left behind; ``path`` itself is not created.
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise TformerError(f"{what} {path} is a file, not a folder; choose another {what}")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise TformerError(f"{what} {path}: {existing} is a file, not a folder; choose another {what}")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tformer-probe-", dir=existing))
+        free = shutil.disk_usage(existing).free
+    except OSError as exc:
+        cause, fix = describe_os_error(exc, what)
+        raise WriteError(f"{what} {path} cannot be written: {cause}; {fix}", path, exc.errno) from None
+    if free < min_free:
+        raise WriteError(f"{what} {path} cannot be written: no space left on the device ({free} bytes free); "
+                         f"free space or choose another {what}", path, errno.ENOSPC)
+    return path

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tformer.core.errors import TformerError
+from tformer.core.files import read_json
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ArchTraits:
         return self.encoder and self.decoder
 
 
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB; anything this big is not one
 _DECODING = ("forward", "train", "prefill", "decode")
 ARCH_TRAITS = {
     "decoder": ArchTraits(encoder=False, decoder=True, objective="causal", label="a decoder-only model",
@@ -278,26 +280,17 @@ class ModelConfig:
             key, raw = item.split("=", 1)
             try:
                 value = json.loads(raw)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # not JSON (or absurdly nested): the text itself
                 value = raw
             changes[key.strip()] = value
         return self.replace(**changes)
 
 
 def read_config_json(path: str | Path) -> dict[str, Any]:
-    """The JSON object in a config file, with one-line errors for a missing file, bad JSON or a non-object."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise TformerError(f"config file {path} does not exist; pass the path of a JSON config") from None
-    except OSError as exc:  # a folder, no permission: say which, in one line
-        raise TformerError(f"cannot read config file {path} ({exc.strerror}); pass the path of a JSON config") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TformerError(f"config file {path} is not valid JSON ({exc}); fix or regenerate it") from None
-    if not isinstance(data, dict):
-        raise TformerError(f"config file {path} must hold a JSON object, got {type(data).__name__}")
-    return data
+    """The JSON object in a config file, with one-line errors for a missing, huge, binary, deeply
+    nested or non-JSON file or a non-object."""
+    return read_json(path, "config file", max_bytes=MAX_CONFIG_BYTES,
+                     fix="pass the path of a JSON config (a preset name, a tformer or Hugging Face config.json)")
 
 
 def _coerce(name: str, type_name: Any, value: Any) -> Any:
