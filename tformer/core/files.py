@@ -42,6 +42,10 @@ def _fail(path: Path, what: str, problem: str, fix: str) -> FileFormatError:
     return FileFormatError(f"{what} {path} {problem}; {fix}", path)
 
 
+def _unloadable(path: Path, what: str, problem: str, fix: str) -> FileFormatError:
+    return FileFormatError(f"cannot load {what} {path}: it {problem}; {fix}", path)
+
+
 def _depth(text: str) -> int:
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0)
@@ -108,31 +112,34 @@ def read_safetensors_header(path: str | Path, what: str = "weights file",
             head = fh.read(8)
             n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
             if n is None or n > min(size - 8, MAX_SAFETENSORS_HEADER):
-                raise _fail(path, what, f"is {size} bytes but its header claims {n if n is not None else '?'} "
+                raise _unloadable(path, what, f"is {size} bytes but its header claims {n if n is not None else '?'} "
                             "header bytes", fix)
             raw = fh.read(n)
     except OSError as exc:
-        raise _fail(path, what, f"cannot be read ({exc.strerror or exc})", fix) from None
+        raise _unloadable(path, what, f"cannot be read ({exc.strerror or exc})", fix) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise _fail(path, what, "has a header that is not UTF-8 text", fix) from None
-    header = parse_json(text, path, what, 8, fix)
+        raise _unloadable(path, what, "has a header that is not UTF-8 text", fix) from None
+    try:
+        header = parse_json(text, path, what, 8, fix)
+    except FileFormatError as exc:
+        raise FileFormatError(f"cannot load {exc}", path) from None
     header.pop("__metadata__", None)
     data_bytes = size - 8 - n
     for name, info in header.items():
         if not isinstance(info, dict):
-            raise _fail(path, what, f"has a malformed header entry for tensor {name!r}", fix)
+            raise _unloadable(path, what, f"has a malformed header entry for tensor {name!r}", fix)
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
         if dtype not in SAFETENSORS_DTYPES:
-            raise _fail(path, what, f"stores tensor {name!r} as unknown dtype {dtype!r}", fix)
+            raise _unloadable(path, what, f"stores tensor {name!r} as unknown dtype {dtype!r}", fix)
         if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise _fail(path, what, f"has a malformed shape for tensor {name!r}", fix)
+            raise _unloadable(path, what, f"has a malformed shape for tensor {name!r}", fix)
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
                 and 0 <= offsets[0] <= offsets[1] <= data_bytes):
-            raise _fail(path, what, f"is truncated: tensor {name!r} lies beyond its {data_bytes} data bytes", fix)
+            raise _unloadable(path, what, f"is truncated: tensor {name!r} lies beyond its {data_bytes} data bytes", fix)
         if offsets[1] - offsets[0] != math.prod(shape) * SAFETENSORS_DTYPES[dtype]:
-            raise _fail(path, what, f"has tensor {name!r} whose byte range does not match its shape {shape}", fix)
+            raise _unloadable(path, what, f"has tensor {name!r} whose byte range does not match its shape {shape}", fix)
     return header
 
 

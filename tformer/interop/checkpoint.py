@@ -19,8 +19,9 @@ from safetensors import SafetensorError
 from safetensors import torch as st
 
 from tformer.core.atomic import atomic_files
-from tformer.core.config import ModelConfig
+from tformer.core.config import MAX_CONFIG_BYTES, ModelConfig
 from tformer.core.errors import TformerError
+from tformer.core.files import FileFormatError, check_tensor_shapes, read_json, read_safetensors_header
 from tformer.data import tokenizers
 from tformer.interop.hf_config import is_hf_config
 from tformer.model import build
@@ -87,11 +88,9 @@ def read_config(directory: str | Path) -> ModelConfig:
     """The ModelConfig in ``directory``/config.json."""
     path = Path(directory) / CONFIG_FILE
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptCheckpoint(f"{path} is not valid JSON ({exc}); re-export the checkpoint", path, exc) from None
-    if not isinstance(data, dict):
-        raise CorruptCheckpoint(f"{path} must hold a JSON object", path, ValueError("not a JSON object"))
+        data = read_json(path, "checkpoint config", max_bytes=MAX_CONFIG_BYTES, fix="re-export the checkpoint")
+    except FileFormatError as exc:
+        raise CorruptCheckpoint(str(exc), path, exc) from None
     if is_hf_config(data):
         raise TformerError(f"{directory} holds a Hugging Face config; load it with --hf instead of --ckpt")
     return ModelConfig.from_dict(data)
@@ -101,17 +100,33 @@ def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
     """Every tensor of ``directory``/model.safetensors, on the CPU (a sharded model keeps its own shard of each)."""
     path = Path(directory) / WEIGHTS_FILE
     try:
+        _checked_header(path)
         return st.load_file(str(path))
     except (SafetensorError, RuntimeError, OSError) as exc:
         raise CorruptCheckpoint(f"cannot load {path}: {_first_line(exc)}; is it complete and does "
                                 f"{CONFIG_FILE} match it?", path, exc) from None
 
 
+def _checked_header(path: Path) -> dict[str, dict]:
+    """The safetensors header of ``path``, checked against the file's size and dtypes (nothing allocated)."""
+    try:
+        return read_safetensors_header(path, "checkpoint weights",
+                                       fix=f"is it complete and does {CONFIG_FILE} match it?")
+    except FileFormatError as exc:
+        raise CorruptCheckpoint(str(exc), path, exc) from None
+
+
 def load_weights(model, directory: str | Path) -> None:
     """Fill ``model`` in place from ``directory``/model.safetensors; every tensor must fit."""
     path = Path(directory) / WEIGHTS_FILE
+    model = unwrap(model)
+    header = _checked_header(path)
+    # Shapes before anything is allocated: a tensor the config sizes differently is named here, not
+    # as a torch size-mismatch traceback (names the model lacks or the file lacks: below).
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items() if k in header}
+    check_tensor_shapes(path, header, expected, what="checkpoint weights", fix=f"does {CONFIG_FILE} match it?")
     try:
-        missing, unexpected = st.load_model(unwrap(model), str(path), strict=False)
+        missing, unexpected = st.load_model(model, str(path), strict=False)
     except (SafetensorError, RuntimeError, OSError) as exc:
         raise CorruptCheckpoint(f"cannot load {path}: {_first_line(exc)}; is it complete and does "
                                 f"{CONFIG_FILE} match it?", path, exc) from None

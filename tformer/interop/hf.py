@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from tformer.core.atomic import atomic_files
 from tformer.core.errors import TformerError
+from tformer.core.files import read_json, read_safetensors_header
 from tformer.data.weights import checkpoint_dir
 from tformer.interop.checkpoint import unwrap
 from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
@@ -217,16 +218,13 @@ _EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.
 
 # Reading files ------------------------------------------------------------------------
 def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TformerError(f"cannot read {path} ({exc}); the checkpoint directory is damaged") from None
-    if not isinstance(data, dict):
-        raise TformerError(f"{path} must hold a JSON object; the checkpoint directory is damaged")
-    return data
+    return read_json(path, "checkpoint file", fix="the checkpoint directory is damaged; download or save it again")
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    # Sizes and dtypes against the file before anything is allocated; shapes against the config
+    # are checked tensor by tensor when the names are mapped (convert_from_hf).
+    read_safetensors_header(path, "weights file", fix="the file is corrupt or truncated, download or save it again")
     try:
         return load_file(str(path), device="cpu")
     except Exception as exc:  # safetensors raises its own error types (and OSError) for damaged files

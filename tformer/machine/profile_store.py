@@ -16,6 +16,7 @@ import re
 
 from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
+from tformer.core.files import read_json
 from tformer.machine.bench_records import BenchResult
 from tformer.machine.gpu_specs import driver_gpu_names
 from tformer.machine.specs import cpu_info
@@ -65,15 +66,15 @@ def load_profile(key: str | None = None):
     path = profile_path(key)
     if not os.path.isfile(path):
         return None
+    fix = "rerun `tformer bench --quick` to replace it"
+    data = read_json(path, "the saved profile", max_bytes=16 << 20, fix=fix)
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
         if data.get("version") != PROFILE_VERSION:
             raise ValueError(f"version {data.get('version')!r}")
         return BenchResult.from_dict(data["result"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TformerError(f"the saved profile {path} is unreadable ({type(exc).__name__}: {exc}); "
-                           "rerun `tformer bench --quick` to replace it") from None
+                           f"{fix}") from None
 
 
 def load_measured_device(key: str | None = None, device: str | None = None):

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from tformer.core.errors import TformerError
+from tformer.core.files import parse_json, read_text
 
+MAX_EXAMPLE_BYTES = 4 << 20  # a hand-sized example is a few KB; the walkthrough prints every number
+_FIX = "pass a JSON object with keys X, W_Q, W_K, W_V (optional W_O, tokens), or a CSV of X"
 MATRICES = ("X", "W_Q", "W_K", "W_V", "W_O")
 
 
@@ -90,24 +92,14 @@ def _floats(m):
 def load_example(path, heads: int) -> Example:
     """JSON with X, W_Q, W_K, W_V (optional W_O, tokens), or a CSV holding X only."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TformerError(f"input file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TformerError(f"cannot read input file {path}: {exc}") from None
+    text = read_text(path, "input file", max_bytes=MAX_EXAMPLE_BYTES, fix=_FIX)
     # The extension decides; without a telling one, a JSON object starts with '{'.
     is_json = path.suffix.lower() == ".json" or (path.suffix.lower() != ".csv" and text.lstrip().startswith("{"))
     return _from_json(text, path) if is_json else _from_csv(text, path, heads)
 
 
 def _from_json(text: str, path: Path) -> Example:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TformerError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise TformerError(f"{path} must hold a JSON object with keys X, W_Q, W_K, W_V (optional W_O, tokens)")
+    data = parse_json(text, path, "input file", fix=_FIX)
     missing = [k for k in ("X", "W_Q", "W_K", "W_V") if k not in data]
     if missing:
         raise TformerError(f"{path} lacks {', '.join(missing)}; it needs X, W_Q, W_K, W_V (optional W_O, tokens)")

@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from tformer.core.atomic import atomic_dir, existing_dir
 from tformer.core.errors import TformerError
+from tformer.core.files import FileFormatError, read_json
 from tformer.interop import checkpoint as model_files
 from tformer.train import fsdp
 
@@ -76,12 +77,12 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
                     f"checkpoint at {found} was trained with a different model ({', '.join(diff[:4])} differ); "
                     "resume with the same --preset/--set options or start a new --out directory"
                 )
-        state = json.loads((found / "state.json").read_text())
+        state = _read_json(found / "state.json")
         rng = load_file(str(found / "rng.safetensors"))
         optim_sd = None
         if optimizer is not None:
             tensors = load_file(str(found / "optimizer.safetensors"))
-            meta = json.loads((found / "optimizer.json").read_text())
+            meta = _read_json(found / "optimizer.json")
             optim_sd = _unflatten_optimizer(tensors, meta)
         if fsdp.is_sharded(model):
             # Every rank reads the full tensors and keeps its own shard.
@@ -90,8 +91,8 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
             model_files.load_weights(model, found)
             if optim_sd is not None:
                 optimizer.load_state_dict(optim_sd)
-    except model_files.CorruptCheckpoint as exc:
-        raise _corrupt(found, exc.cause) from None
+    except (model_files.CorruptCheckpoint, FileFormatError) as exc:
+        raise _corrupt(found, getattr(exc, "cause", exc)) from None
     except (OSError, json.JSONDecodeError, SafetensorError, KeyError, ValueError, RuntimeError) as exc:
         if isinstance(exc, TformerError):
             raise
@@ -108,6 +109,11 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
         np.random.set_state((np_state[0], np.array(np_state[1], dtype=np.uint32), *np_state[2:]))
     data = {k[len("data."):]: v for k, v in rng.items() if k.startswith("data.")}
     return state, data
+
+
+def _read_json(path: Path) -> dict:
+    # the numpy RNG state is a list of 624 numbers: large but flat
+    return read_json(path, "checkpoint file", max_bytes=64 << 20, fix="delete the checkpoint or resume from another")
 
 
 def _corrupt(found: Path, exc: BaseException) -> TformerError:
