@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tformer.core.atomic import check_output_dir
 from tformer.core.errors import TformerError
 from tformer.interop.hf_config import hf_family
 
@@ -26,6 +27,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.interop.checkpoint import load_checkpoint
     from tformer.interop.hf import save_hf

@@ -4,7 +4,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
-from tformer.core.atomic import atomic_write_text
+from tformer.core.atomic import atomic_write_text, check_output_dir
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
 from tformer.machine import resolve_hardware
@@ -64,6 +64,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     import torch
