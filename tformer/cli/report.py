@@ -6,7 +6,6 @@ import json
 import sys
 
 from tformer.cli._cost_common import add_model_arguments
-from tformer.core.atomic import check_output_dir
 
 NAME = "report"
 HELP = "Analyse a model on this machine: Markdown + self-contained HTML report with plots (default char-small)."
@@ -31,7 +30,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.report.build import make_report
