@@ -184,7 +184,13 @@ def test_generate_numbers_give_a_result_or_one_line(tiny_ckpt, extra, opts):
     ["count", "--set", "rope_theta=NaN", "--set", "position=rope"],
     ["count", "--set", "norm_eps=Infinity"],
     ["count", "--set", "n_heads=2", "--set", "d_model=1000000000001"],  # the hint's divisor search was O(n)
-    ["count", "--set", "n_layers=" + "1" * 5000],  # past int()'s digit limit: ValueError, not JSONDecodeError
+    ["count", "--set", "n_layers=" + "1" * 5000],
+    ["count", "--set", "mlp=[]"],  # an unhashable shorthand: TypeError in the dict lookup  # past int()'s digit limit: ValueError, not JSONDecodeError
 ])
 def test_found_inputs_end_in_one_line(argv):
     assert cli(argv) == "error"
+
+
+@pytest.mark.parametrize("option", ["--batch=100000000000000000000", "--seed=100000000000000000000000"])
+def test_found_generate_inputs_end_in_one_line(tiny_ckpt, option):  # were OverflowError / ValueError tracebacks
+    assert cli(["generate", "--ckpt", str(tiny_ckpt), "--prompt-ids", "1,2,3", option]) == "error"

@@ -249,7 +249,7 @@ class ModelConfig:
         data = dict(data)
         if "mlp" in data:  # shorthand: mlp=swiglu sets activation and gating together
             mlp = data.pop("mlp")
-            if mlp not in MLP_SHORTHANDS:
+            if not isinstance(mlp, str) or mlp not in MLP_SHORTHANDS:  # a list or dict is unhashable
                 raise TformerError(f"mlp='{mlp}' is unknown; choose one of: {', '.join(MLP_SHORTHANDS)}")
             data["activation"], data["gated_mlp"] = MLP_SHORTHANDS[mlp]
         known = {f.name for f in dataclasses.fields(cls)}
