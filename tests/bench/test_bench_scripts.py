@@ -70,3 +70,5 @@ def test_cli_latency_times_count_beside_its_peers(capsys):
         assert re.search(rf"^\s+[\d.]+ s\s+\(min [\d.]+, max [\d.]+\)\s+{re.escape(label)}$", out, re.M), label
     assert re.search(r"^count: [\d.]+ s, (meets|MISSES) the 0.5 s target; [\d.]+ s above bare interpreter start; "
                      r"importing torch alone takes [\d.]+ s$", out, re.M)
+    assert re.search(r"^ledger\(char-small, train, seq 128, bf16 mixed\) in this process: [\d.]+ ms median "
+                     r"\(min [\d.]+, max [\d.]+\), (meets|MISSES) the 0.5 s target$", out, re.M)

@@ -61,8 +61,15 @@ def load_device(spec):
     return resolve_hardware(spec)
 
 
+# Wider than any table tformer prints, so a piped table keeps every cell whole (rich elides to fit the width).
+PIPE_WIDTH = 10_000
+
+
 def console():
+    """The rich Console every CLI table goes through. On a terminal, rich's own sizing and colours; piped
+    (a file, `less`, a CI log), a width no table reaches so no cell is cut to "pres…", and no control codes."""
     from rich.console import Console  # deferred: --json output never loads rich
 
-    # Piped output (files, CI logs) gets a fixed wide layout so tables do not wrap.
-    return Console() if sys.stdout.isatty() else Console(width=160)
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=PIPE_WIDTH, force_terminal=False, no_color=True)

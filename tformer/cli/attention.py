@@ -2,8 +2,8 @@
 
 import argparse
 import json
-import sys
 
+from tformer.cli._cost_common import console
 from tformer.core.errors import TformerError
 
 NAME = "attention"
@@ -66,13 +66,8 @@ def run(args) -> int:
         print(json.dumps(to_dict(w), indent=1, allow_nan=False))
         return 0
 
-
-    # deferred: rich loads only when something is printed with it
-    from rich.console import Console
-
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.teach.render import render
 
-    # Piped output keeps a wide layout, so the tables stay side by side in a file or a pager.
-    render(w, args.decimals, Console() if sys.stdout.isatty() else Console(width=120))
+    render(w, args.decimals, console())
     return 0

@@ -3,6 +3,7 @@
 import json
 import sys
 
+from tformer.cli._cost_common import console as make_console
 from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.machine.profile_store import save_profile
@@ -85,10 +86,9 @@ def _ratio(comp) -> str:
 
 
 def _print(result, path) -> None:
-    from rich.console import Console  # deferred: --json output never loads rich
-    from rich.table import Table
+    from rich.table import Table  # deferred: --json output never loads rich
 
-    console = Console()
+    console = make_console()
     for d in result.devices:
         t = Table(title=f"{d.device}: {d.name} — matmul (n x n by n x n, FLOPs = 2n³, median of "
                         f"{d.matmul[0].reps if d.matmul else '?'} reps, warm-up excluded)")

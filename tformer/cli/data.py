@@ -1,6 +1,8 @@
 """`tformer data list` / `tformer data get NAME`: the corpora, fetched once and cached."""
 import json
 
+from tformer.cli._cost_common import console
+
 NAME = "data"
 HELP = "List the corpora, or fetch one (pinned sha256, cached) and tokenize it into token streams."
 
@@ -25,7 +27,6 @@ def run(args) -> int:
 
 def _list() -> int:
     # deferred: rich loads only when something is printed with it
-    from rich.console import Console
     from rich.table import Table
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
@@ -37,7 +38,7 @@ def _list() -> int:
         table.add_column(col, no_wrap=col in ("name", "kind", "download", "cached"))
     for s in REGISTRY.values():
         table.add_row(s.name, s.kind, s.download, "yes" if is_cached(s.name) else "no", s.description, s.license)
-    Console().print(table)
+    console().print(table)
     return 0
 
 

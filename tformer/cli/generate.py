@@ -15,6 +15,7 @@ from tformer.core.errors import TformerError
 
 NAME = "generate"
 HELP = "Generate text with the KV cache (greedy, sampling or beam search); prints prefill and decode tokens/s."
+MAX_BATCH = 65536  # copies of one prompt; more is a typo, not a workload
 
 
 def add_source_arguments(parser) -> None:
@@ -118,8 +119,8 @@ def generation_config(args):
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.generate import GenerationConfig
 
-    if args.batch < 1:
-        raise TformerError(f"--batch must be at least 1, got {args.batch}")
+    if not 1 <= args.batch <= MAX_BATCH:  # beyond, a tensor index overflows before memory runs out
+        raise TformerError(f"--batch must be between 1 and {MAX_BATCH}, got {args.batch}")
     early = {"false": False, "true": True, "never": "never"}[args.early_stopping]
     beams = args.num_beams > 1
     sampling_flags = args.temperature != 1.0 or args.top_k or args.top_p != 1.0 or args.min_p

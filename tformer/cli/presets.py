@@ -2,6 +2,7 @@
 
 import json
 
+from tformer.cli._cost_common import console
 from tformer.core.config import preset, preset_names
 from tformer.cost.ledger import Workload, ledger
 
@@ -27,8 +28,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({name: {**config.to_dict(), "params": params} for name, config, params in rows}, indent=1))
         return 0
-    from rich.console import Console  # deferred: --json output never loads rich
-    from rich.table import Table
+    from rich.table import Table  # deferred: --json output never loads rich
 
     table = Table(title="tformer presets (params: every tensor once, tied embeddings once)")
     for col in ("preset", "arch", "layers", "d_model", "heads (kv)", "d_ff", "vocab", "context", "position", "params"):
@@ -37,5 +37,5 @@ def run(args) -> int:
         layers = f"{c.n_layers}+{c.n_decoder_layers}" if c.traits.seq2seq else str(c.n_layers)
         table.add_row(name, c.arch, layers, str(c.d_model), f"{c.n_heads} ({c.n_kv_heads})", str(c.d_ff),
                       f"{c.vocab_size:,}", str(c.max_positions), c.position, f"{params:,}")
-    Console().print(table)
+    console().print(table)
     return 0

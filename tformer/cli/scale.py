@@ -38,8 +38,8 @@ def run(args) -> int:
     workload = load_workload(args, config)
     device = load_device(args.hardware)
     knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
-    if args.factor <= 0:
-        raise TformerError(f"--factor must be positive, got {args.factor}")
+    if not args.factor > 0 or args.factor == float("inf"):  # nan fails the first test
+        raise TformerError(f"--factor must be a finite positive number, got {args.factor}; e.g. 2 or 0.5")
     out = {"what_if": scaling.what_if(config, workload, args.factor, device, args.efficiency, knobs),
            "attention_crossover": scaling.attention_crossover(config)}
     if device is not None and config.has_decoder:

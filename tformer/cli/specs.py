@@ -2,6 +2,7 @@
 
 import json
 
+from tformer.cli._cost_common import console as make_console
 from tformer.core import fmt
 from tformer.core.errors import TformerError
 
@@ -41,10 +42,9 @@ def run(args) -> int:
         return 0
 
     # deferred: rich loads only when something is printed with it
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     cpu, mem = specs.cpu, specs.memory
     t = Table(title="CPU", show_header=False)
     t.add_column("field")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,10 @@ MLP_SHORTHANDS = {
     "reglu": ("relu", True),
 }
 
+
+# Layers per stack. The deepest published Transformer has 1000 (DeepNet); the ledger lists every op of
+# every layer, so an absurd count (a typo, a --factor of 1e9) would run for hours instead of failing.
+MAX_LAYERS = 4096
 
 # Fields that may be left unset (None) and then follow the others.
 DERIVED = {
@@ -194,6 +199,10 @@ class ModelConfig:
                 raise TformerError(f"{name} must be a whole number, got {value!r}")
             if value <= 0:
                 raise TformerError(f"{name} must be positive, got {value}; set it to 1 or more")
+        for name in ("n_layers", "n_decoder_layers"):
+            if (getattr(self, name) or 0) > MAX_LAYERS:
+                raise TformerError(f"{name}={getattr(self, name)} is beyond the {MAX_LAYERS} layers tformer "
+                                   f"models; use {MAX_LAYERS} or fewer")
         for name in ("position_offset", "type_vocab_size"):
             if getattr(self, name) < 0:
                 raise TformerError(f"{name} must be 0 or more, got {getattr(self, name)}")
@@ -215,8 +224,9 @@ class ModelConfig:
             p = getattr(self, name)
             if not 0.0 <= p < 1.0:
                 raise TformerError(f"{name} must be in [0, 1), got {p}")
-        if self.norm_eps <= 0:
-            raise TformerError(f"norm_eps must be positive, got {self.norm_eps}")
+        for name in ("norm_eps", "rope_theta"):  # nan and inf pass a bare `<= 0` and poison every activation
+            if not 0 < getattr(self, name) < math.inf:
+                raise TformerError(f"{name} must be a finite positive number, got {getattr(self, name)}")
         for name, (in_use, message) in ARCH_FIELDS.items():
             if in_use(self) and name not in self.traits.fields:
                 raise TformerError(message.format(arch=self.arch))
@@ -241,7 +251,7 @@ class ModelConfig:
         data = dict(data)
         if "mlp" in data:  # shorthand: mlp=swiglu sets activation and gating together
             mlp = data.pop("mlp")
-            if mlp not in MLP_SHORTHANDS:
+            if not isinstance(mlp, str) or mlp not in MLP_SHORTHANDS:  # a list or dict is unhashable
                 raise TformerError(f"mlp='{mlp}' is unknown; choose one of: {', '.join(MLP_SHORTHANDS)}")
             data["activation"], data["gated_mlp"] = MLP_SHORTHANDS[mlp]
         known = {f.name for f in dataclasses.fields(cls)}
@@ -280,7 +290,7 @@ class ModelConfig:
             key, raw = item.split("=", 1)
             try:
                 value = json.loads(raw)
-            except (json.JSONDecodeError, RecursionError):  # not JSON (or absurdly nested): the text itself
+            except (ValueError, RecursionError):  # not JSON (or absurdly nested or long): the text itself
                 value = raw
             changes[key.strip()] = value
         return self.replace(**changes)
@@ -319,7 +329,10 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
 
 
 def _divisor_near(n: int, k: int) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - k))
+    # Divisors come in pairs (d, n // d) with d <= sqrt(n): O(sqrt n), so a huge d_model in an error
+    # message does not hang the error.
+    small = [d for d in range(1, min(math.isqrt(n), 10 ** 6) + 1) if n % d == 0]
+    return min(small + [n // d for d in small], key=lambda d: abs(d - k))
 
 
 # Presets -----------------------------------------------------------------------------

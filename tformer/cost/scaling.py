@@ -7,6 +7,7 @@ Everything model-specific is read off ledgers, so it agrees with the op list by 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from fractions import Fraction
 
@@ -47,8 +48,16 @@ def activation_alternatives(config, workload) -> dict:
 WHAT_IF_KNOBS = ("d_model", "n_layers", "seq", "batch")
 
 
+def check_factor(factor: float) -> None:
+    """A what-if factor is a finite positive number (inf or nan would reach int() as a size)."""
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
+        raise TformerError(f"the scaling factor must be a finite positive number, got {factor!r}; e.g. 2 or 0.5")
+
+
 def scaled_config(config, knob: str, factor: float):
     """``config`` with d_model (and d_ff, and head_dim when set explicitly) or the layer count scaled."""
+    check_factor(factor)
+
     def scale(v):
         out = v * factor
         if abs(out - round(out)) > 1e-9 or round(out) < 1:
@@ -81,6 +90,7 @@ def what_if(config, workload: Workload, factor: float = 2.0, device=None, effici
         return {"params": lg.params["total"], "flops": lg.flops["total"], "flops_matmul": lg.flops["matmul"],
                 "activations": m["activations"], "kv_cache": m["kv_cache"], "memory_total": m["total"], "time_s": t}
 
+    check_factor(factor)
     base = measure(config, workload)
     rows = []
     for knob in knobs:

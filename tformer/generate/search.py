@@ -76,6 +76,10 @@ class GenerationConfig:
             raise TformerError(f"num_beams must be a whole number >= 1, got {self.num_beams!r}")
         if self.num_beams > 1 and self.sampling:
             raise TformerError("beam search here is deterministic; use num_beams=1 to sample, or drop the sampling options")
+        # torch.Generator.manual_seed takes a signed or unsigned 64-bit value; beyond it, a ValueError.
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not -(2 ** 63) <= self.seed < 2 ** 64):
+            raise TformerError(f"seed must be a whole number in [-2**63, 2**64), got {self.seed!r}")
         if self.early_stopping not in (True, False, "never"):
             raise TformerError(f"early_stopping must be true, false or 'never', got {self.early_stopping!r}")
         return self
