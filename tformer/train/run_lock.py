@@ -13,8 +13,8 @@ import contextlib
 import fcntl
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tformer.core.errors import TformerError
 

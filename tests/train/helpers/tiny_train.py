@@ -52,6 +52,10 @@ def main() -> None:
         def save_then_die(**kwargs):
             real_save(**kwargs)
             if trainer.step == a.kill_at:
+                if trainer.world.size > 1:
+                    # Rank 0 writes while the others return at once: without the barrier rank 1's death
+                    # can make torchrun kill rank 0 before its checkpoint is complete.
+                    torch.distributed.barrier()
                 os.kill(os.getpid(), signal.SIGKILL)
 
         trainer.save = save_then_die
