@@ -51,6 +51,7 @@ def test_loss_falls_and_metrics_are_logged(tmp_path):
 
 
 def test_sigkill_then_resume_is_bit_identical(tmp_path):
+    """SIGKILL after a checkpoint and in the middle of writing one: either way the resumed run equals a straight one."""
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     assert _run("--out", str(straight)).returncode == 0
     died = _run("--out", str(killed), "--kill-at", "10")
@@ -62,6 +63,16 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert _losses(straight) == _losses(killed)  # the log has no duplicated or missing steps
+    # Killed halfway through writing step 10's checkpoint: step 5's stays whole, and resuming from it is exact.
+    mid_save = tmp_path / "mid_save"
+    assert _run("--out", str(mid_save), "--kill-in-save", "10").returncode == -9
+    assert json.loads((mid_save / "checkpoint" / "state.json").read_text())["step"] == 5
+    assert any(p.name.startswith(".checkpoint.tmp-") for p in mid_save.iterdir())  # really killed mid-write
+    resumed = _run("--out", str(mid_save), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    c = _weights(mid_save)
+    assert all(torch.equal(a[k], c[k]) for k in a)
+    assert _losses(straight) == _losses(mid_save)
 
 
 def test_ddp_two_processes_match_one_process(tmp_path):

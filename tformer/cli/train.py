@@ -1,8 +1,11 @@
 """`tformer train`: train a model on real text (or a synthetic task), on CPU, GPU or many (torchrun)."""
 import json
 import math
+import shlex
+import signal
 from dataclasses import asdict
 from pathlib import Path
+from types import SimpleNamespace
 
 from tformer.core.atomic import atomic_write_text, check_output_dir
 from tformer.core.errors import TformerError
@@ -16,6 +19,7 @@ HELP = "Train a model: causal LM (decoder), masked LM (encoder) or seq2seq (enco
 def add_arguments(p) -> None:
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.train.loop import TrainArgs
+    from tformer.train.setup import RESUME_MAY_CHANGE
 
     d = TrainArgs()
     src = p.add_argument_group("model")
@@ -24,36 +28,38 @@ def add_arguments(p) -> None:
     src.add_argument("--hf", help="fine-tune from a Hugging Face-format checkpoint directory")
     src.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     data = p.add_argument_group("data")
-    data.add_argument("--data", default="shakespeare",
-                      help="shakespeare | wikitext2 | tatoeba-en-es | copy | reverse | a text file or folder")
-    data.add_argument("--tokenizer", default="char", help="char | bpe | gpt2 | a saved tokenizer folder")
+    data.add_argument("--data",
+                      help="shakespeare (default) | wikitext2 | tatoeba-en-es | copy | reverse | a text file or folder")
+    data.add_argument("--tokenizer", help="char (default) | bpe | gpt2 | a saved tokenizer folder")
     data.add_argument("--vocab-size", type=int, help="BPE vocabulary size")
     data.add_argument("--seq-len", type=int, help="tokens per training sequence (default: the model's context)")
     data.add_argument("--max-pairs", type=int, help="translation: use the first N training pairs")
     run = p.add_argument_group("run")
     run.add_argument("--out", default=d.out, help="output directory (checkpoints, metrics, final weights)")
-    run.add_argument("--resume", action="store_true", help="continue the run in --out exactly where it stopped")
-    run.add_argument("--max-steps", type=int, default=d.max_steps)
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out exactly where it stopped, with its saved flags; only "
+                          + ", ".join("--" + f.replace("_", "-") for f in RESUME_MAY_CHANGE) + " may change")
+    run.add_argument("--max-steps", type=int)
     run.add_argument("--time-budget", type=float, help="stop after this many seconds of wall time")
-    run.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per optimizer step (global)")
-    run.add_argument("--grad-accum", type=int, default=d.grad_accum, help="micro-batches per optimizer step")
-    run.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (noam: multiplier)")
+    run.add_argument("--batch-size", type=int, help="sequences per optimizer step (global)")
+    run.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step")
+    run.add_argument("--lr", type=float, help="peak learning rate (noam: multiplier)")
     run.add_argument("--min-lr", type=float, help="final learning rate of the cosine (default lr/10)")
-    run.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
-    run.add_argument("--schedule", default=d.schedule, help="cosine | linear | noam | constant")
-    run.add_argument("--optimizer", default=d.optimizer, help="adamw | adam | sgd | momentum")
-    run.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    run.add_argument("--beta2", type=float, default=d.beta2)
-    run.add_argument("--grad-clip", type=float, default=d.grad_clip, help="max gradient norm (0 = off)")
-    run.add_argument("--label-smoothing", type=float, default=d.label_smoothing)
-    run.add_argument("--eval-interval", type=int, default=d.eval_interval)
-    run.add_argument("--eval-batches", type=int, default=d.eval_batches)
-    run.add_argument("--log-interval", type=int, default=d.log_interval)
-    run.add_argument("--ckpt-interval", type=int, default=d.ckpt_interval)
-    run.add_argument("--sample-interval", type=int, default=d.sample_interval, help="print a sample every N steps")
-    run.add_argument("--seed", type=int, default=d.seed)
-    run.add_argument("--device", default=d.device, help="cpu | cuda | cuda:N")
-    run.add_argument("--precision", default=d.precision, help="fp32 | bf16 | fp16 (autocast)")
+    run.add_argument("--warmup", type=int, help="warm-up steps")
+    run.add_argument("--schedule", help="cosine | linear | noam | constant")
+    run.add_argument("--optimizer", help="adamw | adam | sgd | momentum")
+    run.add_argument("--weight-decay", type=float)
+    run.add_argument("--beta2", type=float)
+    run.add_argument("--grad-clip", type=float, help="max gradient norm (0 = off)")
+    run.add_argument("--label-smoothing", type=float)
+    run.add_argument("--eval-interval", type=int)
+    run.add_argument("--eval-batches", type=int)
+    run.add_argument("--log-interval", type=int)
+    run.add_argument("--ckpt-interval", type=int)
+    run.add_argument("--sample-interval", type=int, help="print a sample every N steps")
+    run.add_argument("--seed", type=int)
+    run.add_argument("--device", help="cpu | cuda | cuda:N")
+    run.add_argument("--precision", help="fp32 | bf16 | fp16 (autocast)")
     run.add_argument("--compile", action="store_true", help="torch.compile the model")
     run.add_argument("--activation-checkpointing", action="store_true", help="recompute activations in backward")
     run.add_argument("--fsdp", action="store_true",
@@ -71,18 +77,63 @@ def run(args) -> int:
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.train import distributed
-    from tformer.train.loop import TrainArgs, Trainer
     from tformer.train.progress import TrainProgress
-    from tformer.train.setup import base_config, build_run, save_run_files
+    from tformer.train.run_lock import run_lock
 
+    out = Path(args.out)
+    flags = _resolve_flags(args, out)  # before anything is written: a refused --resume changes nothing
     # Before any parallel op: OpenMP workers copy the floating-point mode when they start. Adam's
     # second moments decay into denormal floats, which x86 handles on a slow path (an optimizer
     # step measured here went from ~7 ms to ~1.6 s); flushing them to zero changes no result
     # that matters and is what GPUs do by default.
     torch.set_flush_denormal(True)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise TformerError(f"--device {args.device} asked for, but no CUDA device is available; use --device cpu")
-    world = distributed.init_from_env(args.device)
+    if flags.device.startswith("cuda") and not torch.cuda.is_available():
+        raise TformerError(f"--device {flags.device} asked for, but no CUDA device is available; use --device cpu")
+    world = distributed.init_from_env(flags.device)
+    # None = draw the live bar only if stderr is a terminal; off for other ranks and with --no-progress.
+    progress = TrainProgress(enabled=False if flags.no_progress or world.rank != 0 else None)
+    log = progress.print if world.rank == 0 else (lambda *_: None)
+    # One writer per run folder; under torchrun rank 0 holds it for all (the ranks live and die together).
+    with run_lock(out, note=log, enabled=world.rank == 0):
+        code = _train(flags, out, world, log, progress)
+    distributed.shutdown()
+    return code
+
+
+def _resolve_flags(args, out: Path) -> SimpleNamespace:
+    """The flags this run trains with: the defaults, then (with --resume) the run's saved flags, then the
+    flags typed on this command line; a typed flag that contradicts the saved run is refused."""
+
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.train.setup import RUN_ARGS, resume_args, saved_run_args
+
+    defaults = _defaults()
+    # argparse leaves untyped flags at None (False, [] for switches and --set): what is left was typed.
+    given = {k: v for k, v in vars(args).items() if k in defaults and v is not None and v is not False and v != []}
+    saved = saved_run_args(out) if args.resume else None
+    merged = {**defaults, **(resume_args(saved, given, out / RUN_ARGS) if saved is not None else given)}
+    return SimpleNamespace(**{k: merged[k] for k in defaults}, out=args.out, resume=args.resume)
+
+
+def _defaults() -> dict:
+    """Every flag that defines a run, with its default (--out and --resume say which run, and how)."""
+
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.train.loop import TrainArgs
+
+    train = {k: v for k, v in asdict(TrainArgs()).items() if k != "out"}
+    return {"preset": None, "config": None, "hf": None, "set": [], "data": "shakespeare", "tokenizer": "char",
+            "vocab_size": None, "seq_len": None, "max_pairs": None, "no_progress": False, **train}
+
+
+def _train(args, out: Path, world, log, progress) -> int:
+    """Build, (resume,) train and report, inside the run's lock; the exit code."""
+
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.train.interrupt import exit_code, stop_on_signals
+    from tformer.train.loop import TrainArgs, Trainer, find_checkpoint
+    from tformer.train.setup import base_config, build_run, save_run_files
+
     device = args.device
     if device == "cuda" and world.size > 1:
         device = f"cuda:{world.local_rank}"
@@ -90,35 +141,32 @@ def run(args) -> int:
     seq_len = args.seq_len or config.max_positions
     if seq_len < 1:
         raise TformerError("--seq-len must be at least 1")
-    targs = TrainArgs(
-        out=args.out, max_steps=args.max_steps, time_budget=args.time_budget, batch_size=args.batch_size,
-        grad_accum=args.grad_accum, lr=args.lr, min_lr=args.min_lr, warmup=args.warmup, schedule=args.schedule,
-        optimizer=args.optimizer, weight_decay=args.weight_decay, beta2=args.beta2, grad_clip=args.grad_clip,
-        label_smoothing=args.label_smoothing, eval_interval=args.eval_interval, eval_batches=args.eval_batches,
-        log_interval=args.log_interval, ckpt_interval=args.ckpt_interval, sample_interval=args.sample_interval,
-        seed=args.seed, device=device, precision=args.precision, compile=args.compile,
-        activation_checkpointing=args.activation_checkpointing, fsdp=args.fsdp,
-    )
+    targs = TrainArgs(**{k: getattr(args, k) for k in asdict(TrainArgs())})
+    targs.device = device
     targs.validate()
-    out = Path(args.out)
-    if not args.resume and (out / "checkpoint").exists():
+    if args.resume:
+        find_checkpoint(out)
+    elif (out / "checkpoint").exists():
         raise TformerError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     run_ = build_run(args.data, config, seq_len, args.seed, args.tokenizer, args.vocab_size, args.hf, args.max_pairs)
-    # None = draw the live bar only if stderr is a terminal; off for other ranks and with --no-progress.
-    progress = TrainProgress(enabled=False if args.no_progress or world.rank != 0 else None)
-    log = progress.print if world.rank == 0 else (lambda *_: None)
     flops, peak = _flops_and_peak(run_.model.config, seq_len, run_.source.tokens_per_row, args, device, log)
     trainer = Trainer(run_.model, run_.source, targs, flops_per_step=flops, peak_flops=peak,
                       sampler=_sampler(run_) if run_.objective == "causal" else None, log=log, progress=progress)
+    if args.resume:
+        trainer.resume()  # before any file is written: a checkpoint that does not fit is refused here
     if world.rank == 0:
-        save_run_files(out, run_, vars(args) | {"train_args": asdict(targs)})
+        save_run_files(out, run_, {"command": NAME, **vars(args), "train_args": asdict(targs)})
         n = run_.model.num_parameters()
         log(f"training {run_.model.config.name} ({run_.model.config.arch}, {n:,} parameters) on {args.data}: "
             f"{run_.objective} objective, {targs.batch_size} x {run_.source.tokens_per_row} tokens per step, "
             f"{world.size} process(es), {device}")
-    if args.resume:
-        trainer.resume()
-    result = trainer.run()
+    with stop_on_signals(trainer):
+        result = trainer.run()
+    if "stopped_by" in result:
+        launcher = f"torchrun --nproc_per_node={world.size} -m tformer" if world.size > 1 else "tformer"
+        log(f"stopped by {signal.Signals(result['stopped_by']).name} after step {result['step']}; checkpoint in "
+            f"{out / 'checkpoint'}; resume with: {launcher} train --resume --out {shlex.quote(str(out))}")
+        return exit_code(result["stopped_by"])
     if world.rank == 0 and run_.objective == "seq2seq":
         if trainer.fsdp:  # the sharded model cannot decode on rank 0 alone; the final weights can
             log(f"held-out decoding skipped under --fsdp; run `tformer translate --ckpt {out}`")
@@ -127,7 +175,6 @@ def run(args) -> int:
     if world.rank == 0 and "val_loss" in result:
         log(f"done: step {result['step']}, val loss {result['val_loss']:.4f} nats/token "
             f"(ppl {math.exp(min(result['val_loss'], 50)):.2f}); weights in {out / 'model.safetensors'}")
-    distributed.shutdown()
     return 0
 
 

@@ -48,6 +48,15 @@ def mean(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
+def any_rank(flag: bool, device) -> bool:
+    """True on every rank when ``flag`` is True on at least one."""
+    if world().size == 1:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
 def sum_pair(total: float, count: int, device) -> tuple[float, int]:
     if world().size == 1:
         return total, count

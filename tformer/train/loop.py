@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -110,6 +111,8 @@ class Trainer:
         self.flops_per_step, self.peak_flops, self.sampler = flops_per_step, peak_flops, sampler
         self.out = Path(args.out)
         self.step, self.elapsed, self.best_val = 0, 0.0, math.inf
+        # A signal number, set by tformer.train.interrupt's handler: checkpoint after this step and stop.
+        self.stop_signal: int | None = None
 
     # -- one step ------------------------------------------------------------------------
     def _loss(self, module, batch) -> tuple[torch.Tensor, int]:
@@ -164,10 +167,7 @@ class Trainer:
 
     # -- the run ---------------------------------------------------------------------------
     def resume(self) -> None:
-        found = existing_dir(self.out / "checkpoint")
-        if found is None:
-            raise TformerError(f"--resume: no checkpoint in {self.out}; run once without --resume first")
-        state, data = load_checkpoint(found, self.model, self.optimizer)
+        state, data = load_checkpoint(find_checkpoint(self.out), self.model, self.optimizer)
         self.step, self.elapsed = int(state["step"]), float(state["elapsed_s"])
         self.best_val = float(state.get("best_val_loss", math.inf))
         self.source.load_state_dict(data)
@@ -242,12 +242,32 @@ class Trainer:
                 last = record
             if self.sampler and args.sample_interval and self.step % args.sample_interval == 0 and rank0:
                 self.log("sample: " + self.sampler(self.model))
-            if self.step % args.ckpt_interval == 0 or done:
+            saved = self.step % args.ckpt_interval == 0 or done
+            if saved:
                 self.save(final=True)
             if out_of_time:
                 self.log(f"time budget of {args.time_budget:.0f} s reached at step {self.step}")
                 break
+            if not done and self._stop_requested():
+                if not saved:
+                    self.save(final=True)
+                # Ranks that saw no signal themselves (torchrun forwards it to all, but not at once) say SIGTERM.
+                return {**last, "step": self.step, "best_val_loss": self.best_val,
+                        "stopped_by": int(self.stop_signal or signal.SIGTERM)}
         return {**last, "step": self.step, "best_val_loss": self.best_val}
+
+    def _stop_requested(self) -> bool:
+        """Whether any rank was asked to stop: all ranks must stop at the same step (collectives, FSDP's save)."""
+        asked = self.stop_signal is not None
+        return dist_util.any_rank(asked, self.device)
+
+
+def find_checkpoint(out: str | Path) -> Path:
+    """The checkpoint folder of the run in ``out`` (or its previous version, after a crash between renames)."""
+    found = existing_dir(Path(out) / "checkpoint")
+    if found is None:
+        raise TformerError(f"--resume: no checkpoint in {out}; run once without --resume first")
+    return found
 
 
 def _format(record: dict, max_steps: int, budget: float | None) -> str:

@@ -28,6 +28,12 @@ from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
 
 SYNTHETIC = ("copy", "reverse")
 SYNTHETIC_VOCAB = 16  # pad, bos, eos + 13 symbols
+RUN_ARGS = "train_args.json"
+MAX_RUN_ARGS_BYTES = 1 << 20  # a run's flags are a few KB; anything larger is not one
+# Flags that --resume may change: how long to go on and how chatty to be, nothing the weights depend on.
+RESUME_MAY_CHANGE = ("max_steps", "time_budget", "eval_interval", "log_interval", "ckpt_interval", "no_progress")
+# Saved for the record, never compared: where the run is and how this command was invoked.
+NOT_RUN_FLAGS = ("command", "out", "resume", "train_args")
 
 
 @dataclass
@@ -139,8 +145,53 @@ def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pai
 
 
 def save_run_files(out: Path, run: Run, args_dict: dict) -> None:
-    """The tokenizer and the arguments beside the weights, so generate/translate can use the run."""
+    """The tokenizer and the arguments beside the weights, so generate/translate and --resume can use the run.
+
+    Only JSON values are kept (an argparse namespace also carries the command's function, say).
+    """
     out.mkdir(parents=True, exist_ok=True)
     if run.tokenizer is not None:
         run.tokenizer.save(out / "tokenizer")
-    atomic_write_text(out / "train_args.json", json.dumps(args_dict, indent=1, default=str))
+    kept = {k: v for k, v in args_dict.items() if _is_json(v)}
+    atomic_write_text(out / RUN_ARGS, json.dumps(kept, indent=1))
+
+
+def _is_json(value) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def saved_run_args(out: Path) -> dict | None:
+    """The flags a run was started with (its train_args.json), or None for a run that has none."""
+    path = Path(out) / RUN_ARGS
+    if not path.is_file():
+        return None
+    try:
+        if path.stat().st_size > MAX_RUN_ARGS_BYTES:
+            raise TformerError(f"{path} is larger than a run's flags can be; restore it or start a new --out")
+        saved = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise TformerError(f"{path} is unreadable ({type(exc).__name__}); restore it or start a new --out") from None
+    if not isinstance(saved, dict):
+        raise TformerError(f"{path} is not a JSON object of flags; restore it or start a new --out")
+    return saved
+
+
+def resume_args(saved: dict, given: dict, source: Path) -> dict:
+    """The run's saved flags, with ``given`` (this command line's flags) on top where they may differ.
+
+    ``given`` holds only the flags typed on the command line. A flag in RESUME_MAY_CHANGE replaces the
+    saved value; any other must equal it (repeating the original command line is fine), else a
+    TformerError names the first that contradicts the run.
+    """
+    for name, value in given.items():
+        if name in RESUME_MAY_CHANGE or name in NOT_RUN_FLAGS or name not in saved or saved[name] == value:
+            continue
+        flag = "--" + name.replace("_", "-")
+        shown = " ".join(f"{flag} {v}" for v in value) if isinstance(value, list) else f"{flag} {value}"
+        raise TformerError(f"--resume: {shown} contradicts the saved run ({name} = {json.dumps(saved[name])} in "
+                           f"{source}); leave it out to continue the run as it was, or train into a new --out")
+    return {**saved, **given}

@@ -9,7 +9,7 @@ import torch
 
 from tformer.core.config import ModelConfig
 from tformer.model import build
-from tformer.train import distributed
+from tformer.train import checkpoint, distributed
 from tformer.train.loop import TrainArgs, Trainer
 from tformer.train.sources import CausalLMSource
 
@@ -32,6 +32,7 @@ def main() -> None:
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--kill-at", type=int, default=0)
+    p.add_argument("--kill-in-save", type=int, default=0, help="SIGKILL halfway through writing this step's checkpoint")
     p.add_argument("--fsdp", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
@@ -51,9 +52,23 @@ def main() -> None:
         def save_then_die(**kwargs):
             real_save(**kwargs)
             if trainer.step == a.kill_at:
+                if trainer.world.size > 1:
+                    # Rank 0 writes while the others return at once: without the barrier rank 1's death
+                    # can make torchrun kill rank 0 before its checkpoint is complete.
+                    torch.distributed.barrier()
                 os.kill(os.getpid(), signal.SIGKILL)
 
         trainer.save = save_then_die
+    if a.kill_in_save:
+        real_save_file = checkpoint.save_file
+
+        def save_file_then_die(tensors, filename, *rest, **kwargs):
+            real_save_file(tensors, filename, *rest, **kwargs)
+            # After the weights and the optimizer state, before the RNG state: a checkpoint folder half-written.
+            if trainer.step == a.kill_in_save and filename.endswith("optimizer.safetensors"):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        checkpoint.save_file = save_file_then_die
     if a.resume:
         trainer.resume()
     trainer.run()
