@@ -108,3 +108,16 @@ def test_the_cli_refuses_an_unwritable_out_in_one_line(tmp_path, argv):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"tformer {argv[0]}: error:") and argv[argv.index("--out") + 1].split("/sub")[0] in lines[0] and "Traceback" not in proc.stderr
     assert (tmp_path / "f").read_text() == "x"
+
+
+def test_a_nested_write_failure_names_where_the_file_was_going(tmp_path):
+    """A checkpoint folder staged under a temporary name, with a file inside failing on a full disk:
+    the error names checkpoint/model.safetensors, not the staging folder the user never sees."""
+    final = tmp_path / "checkpoint"
+    with pytest.raises(atomic.WriteError) as info:
+        with atomic.atomic_dir(final) as staging:
+            with atomic.atomic_path(staging / "model.safetensors"):
+                raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(info.value).startswith(f"cannot write {final / 'model.safetensors'}: no space left")
+    assert info.value.path == final / "model.safetensors" and info.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []  # nothing staged is left behind

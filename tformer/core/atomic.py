@@ -76,19 +76,32 @@ def _as_os_error(exc: BaseException) -> OSError | None:
 def _writing(final: Path, temporary: Path | None = None):
     """Turn an OS error raised inside into a WriteError naming ``final`` (a file under ``temporary``,
     a staging folder, is named by where it was going)."""
+    def staged(path) -> Path | None:
+        """Where ``path`` was going, if it lies inside the staging folder ``temporary``; else None."""
+        if temporary is None or not path:
+            return None
+        try:
+            inside = Path(path).relative_to(temporary)
+        except ValueError:
+            return None
+        return final / inside if inside.parts else final
+
     try:
         yield
+    except WriteError as exc:
+        # Raised by a helper nested inside this one, naming a file in the staging folder: say where it was going.
+        named = staged(exc.path)
+        if named is None:
+            raise
+        cause = str(exc).split(": ", 1)[-1]
+        raise WriteError(f"cannot write {named}: {cause}", named, exc.errno) from exc
     except TformerError:
         raise
     except Exception as exc:
         os_exc = _as_os_error(exc)
         if os_exc is None:
             raise
-        named = final
-        if temporary is not None and os_exc.filename:
-            with contextlib.suppress(ValueError):
-                named = final / Path(os_exc.filename).relative_to(temporary)
-        raise write_error(named, os_exc) from exc
+        raise write_error(staged(os_exc.filename) or final, os_exc) from exc
 
 
 def _fsync_dir(directory: Path) -> None:
