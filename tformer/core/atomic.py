@@ -104,16 +104,6 @@ def _writing(final: Path, temporary: Path | None = None):
         raise write_error(staged(os_exc.filename) or final, os_exc) from exc
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable; some systems cannot open a folder, which is harmless."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -122,11 +112,24 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable; some systems cannot open a folder, which is harmless."""
+    with contextlib.suppress(OSError):
+        _fsync_file(directory)
+
+
 def _fsync_tree(root: Path) -> None:
     for folder, _, files in os.walk(root):
         for name in files:
             _fsync_file(Path(folder) / name)
         _fsync_dir(Path(folder))
+
+
+def _staging_dir(final: Path) -> Path:
+    """A new temporary folder beside ``final``: on the same filesystem, so the last rename is atomic."""
+    with _writing(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
 
 
 @contextlib.contextmanager
@@ -139,9 +142,7 @@ def atomic_dir(final: str | Path):
     final = Path(final)
     tmp = None
     try:
-        with _writing(final):
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        tmp = _staging_dir(final)
         with _writing(final, tmp):
             yield tmp
             _fsync_tree(tmp)
@@ -259,9 +260,7 @@ def atomic_new_dir(final: str | Path, marker: str):
     final = Path(final)
     tmp = None
     try:
-        with _writing(final):
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+        tmp = _staging_dir(final)
         with _writing(final, tmp):
             yield tmp
             _fsync_tree(tmp)
