@@ -103,13 +103,21 @@ def test_resolve_cpu_description_inline_and_file(tmp_path):
     ("cores=8,simd_bits=256", "missing"),
     ("cores=8,simd_bits=256,fma_units=2,clock_ghz=-3", "positive"),
     ("corez=8", "corez"),
-    ("{not json", "malformed"),
+    ("{not json", "not valid JSON"),
+    pytest.param('{"a":' * 3000 + "1" + "}" * 3000, "nests 3000 levels deep", id="nested-3000"),  # not a RecursionError
     ("missing-file.json", "not found"),
     ('{"name": "x"}', "no peak"),
 ])
 def test_resolve_bad_descriptions(spec, match):
     with pytest.raises(TformerError, match=match):
         resolve_hardware(spec)
+
+
+def test_a_hardware_file_nested_too_deep_is_one_line(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    with pytest.raises(TformerError, match="hardware file .* nests 100000 levels deep"):
+        resolve_hardware(str(deep))
 
 
 def test_device_from_dict_rejects_unknown_dtype():

