@@ -15,6 +15,7 @@ import torch
 from tformer.core.atomic import atomic_write_text
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
+from tformer.core.files import read_json
 from tformer.data.corpora import get_corpus
 from tformer.data.mlm import mask_tokens
 from tformer.data.prepare import prepare
@@ -169,15 +170,7 @@ def saved_run_args(out: Path) -> dict | None:
     path = Path(out) / RUN_ARGS
     if not path.is_file():
         return None
-    try:
-        if path.stat().st_size > MAX_RUN_ARGS_BYTES:
-            raise TformerError(f"{path} is larger than a run's flags can be; restore it or start a new --out")
-        saved = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise TformerError(f"{path} is unreadable ({type(exc).__name__}); restore it or start a new --out") from None
-    if not isinstance(saved, dict):
-        raise TformerError(f"{path} is not a JSON object of flags; restore it or start a new --out")
-    return saved
+    return read_json(path, "run flags file", max_bytes=MAX_RUN_ARGS_BYTES, fix="restore it or start a new --out")
 
 
 def resume_args(saved: dict, given: dict, source: Path) -> dict:
