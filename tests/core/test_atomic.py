@@ -1,5 +1,6 @@
 """Atomic writes: a writer that fails leaves neither a torn file nor its temporary behind."""
 
+import errno
 import os
 from pathlib import Path
 
@@ -181,3 +182,59 @@ def test_failed_extraction_keeps_the_previous_file(tmp_path):
     with pytest.raises(OSError, match="truncated"):
         packages._write(target, 99, broken_member)
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["vocab.txt"]
+
+
+def test_make_dir_with_a_file_in_the_way_is_one_write_error(tmp_path):
+    (tmp_path / "blocker").write_text("x")
+    assert atomic.make_dir(tmp_path / "a" / "b") == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
+    for target in (tmp_path / "blocker", tmp_path / "blocker" / "sub"):
+        with pytest.raises(atomic.WriteError) as exc:
+            atomic.make_dir(target, "--out")
+        assert str(exc.value).count("\n") == 0 and str(target) in str(exc.value) and "--out" in str(exc.value)
+
+
+def test_append_line_adds_whole_lines_and_a_failed_append_leaves_the_previous_length(tmp_path, monkeypatch):
+    log = tmp_path / "metrics.jsonl"
+    atomic.append_line(log, '{"step": 1}')
+    atomic.append_line(log, '{"step": 2}\n')  # a trailing newline is not doubled
+    assert log.read_text() == '{"step": 1}\n{"step": 2}\n'
+    real_write = os.write
+
+    def half_then_full(fd, data):  # the disk fills up after a few bytes of the line
+        if len(data) > 4:
+            return real_write(fd, bytes(data[:4]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(atomic.WriteError, match="no space left on the device") as exc:
+        atomic.append_line(log, '{"step": 3, "train_loss": 1.5}')
+    assert exc.value.path == log
+    monkeypatch.undo()
+    assert log.read_text() == '{"step": 1}\n{"step": 2}\n'  # the four bytes that went out were cut back
+
+
+def test_complete_lines_drop_a_torn_last_line():
+    assert atomic.complete_lines('a\n\nb\n{"step": 3, "lo') == ["a", "b"]
+    assert atomic.complete_lines("a\nb\n") == ["a", "b"]
+    assert atomic.complete_lines("") == []
+
+
+def test_sweep_staging_removes_what_a_killed_writer_left_and_nothing_else(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "tokenizer").mkdir()
+    leftovers = [run / ".checkpoint.tmp-abc", run / "tokenizer" / ".tokenizer.json.tmp-1", run / ".checkpoint.old",
+                 run / ".tformer-probe-x"]
+    leftovers[0].mkdir()
+    (leftovers[0] / "model.safetensors").write_bytes(b"half")
+    leftovers[1].write_text("half")
+    leftovers[2].mkdir()
+    leftovers[3].mkdir()
+    kept = [run / ".lock", run / ".final.old", run / "checkpoint", run / "metrics.jsonl", run / "notes.tmp-mine"]
+    kept[0].write_text("pid=1")
+    kept[1].mkdir()  # final/ is missing: this previous version is the only copy, so it stays
+    kept[3].write_text("{}\n")
+    kept[4].write_text("a user's file")
+    assert sorted(atomic.sweep_staging(run)) == sorted(leftovers)
+    assert not any(p.exists() for p in leftovers) and all(p.exists() for p in kept)
+    assert atomic.sweep_staging(tmp_path / "absent") == []

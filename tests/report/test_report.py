@@ -173,7 +173,7 @@ def test_unwritable_out_is_one_line(tmp_path, capsys):
     # Root ignores permission bits, so "unwritable" is a path under a regular file.
     assert main(["report", "--out", str(blocker / "report"), "--quick", "--no-train"]) == 2
     line = _error_line(capsys)
-    assert "cannot write the report" in line and str(blocker) in line
+    assert "is a file, not a folder" in line and str(blocker) in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 

@@ -41,6 +41,18 @@ def test_stale_lock_of_a_dead_process_is_taken_over_with_a_note(tmp_path):
     assert not (tmp_path / LOCK_NAME).exists()
 
 
+def test_the_new_owner_clears_a_half_written_checkpoint_and_keeps_the_whole_one(tmp_path):
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "state.json").write_text("{}")
+    (tmp_path / ".checkpoint.tmp-k1ll3d").mkdir()  # what SIGKILL inside a checkpoint write leaves
+    (tmp_path / ".checkpoint.tmp-k1ll3d" / "model.safetensors").write_bytes(b"half")
+    notes = []
+    with run_lock(tmp_path, note=notes.append):
+        assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_NAME, "checkpoint"]
+    assert len(notes) == 1 and "unfinished write" in notes[0] and ".checkpoint.tmp-k1ll3d" in notes[0]
+    assert (tmp_path / "checkpoint" / "state.json").read_text() == "{}"
+
+
 def test_lock_of_another_host_is_not_taken_over(tmp_path):
     (tmp_path / LOCK_NAME).write_text("pid=4242 host=some-other-node\n")
     with pytest.raises(TformerError, match="pid 4242 on host some-other-node.*delete"):

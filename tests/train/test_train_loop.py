@@ -73,6 +73,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
     c = _weights(mid_save)
     assert all(torch.equal(a[k], c[k]) for k in a)
     assert _losses(straight) == _losses(mid_save)
+    assert not [p.name for p in mid_save.iterdir() if ".tmp-" in p.name]  # the half-written one was cleared
 
 
 def test_ddp_two_processes_match_one_process(tmp_path):

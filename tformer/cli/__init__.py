@@ -14,6 +14,7 @@ import pkgutil
 import sys
 
 from tformer import __version__
+from tformer.core.atomic import known_os_error, os_error_message
 from tformer.core.errors import TformerError
 
 # Commands listed here come first in --help, in this order; any other module in
@@ -65,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tformer {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        # The last net, for an OS fault on a path no writer or reader wrapped: still one line with the
+        # cause and the fix. An OSError without a known cause is a bug and keeps its traceback.
+        if not known_os_error(exc):
+            raise
+        print(f"tformer {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

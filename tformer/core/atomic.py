@@ -54,6 +54,18 @@ def describe_os_error(exc: OSError, what: str = "output path") -> tuple[str, str
     return cause, fix.format(what=what)
 
 
+def known_os_error(exc: OSError) -> bool:
+    """Whether ``exc`` is an OS fault with a cause and fix in words (a full disk, a permission ...)."""
+    return exc.errno in _CAUSES
+
+
+def os_error_message(exc: OSError) -> str:
+    """One line for an OSError: the path it names, the cause in words and the fix."""
+    cause, fix = describe_os_error(exc, "path")
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"{where}{cause}; {fix}"
+
+
 def write_error(path: str | Path, exc: OSError, what: str = "output path") -> WriteError:
     cause, fix = describe_os_error(exc, what)
     return WriteError(f"cannot write {path}: {cause}; {fix}", Path(path), exc.errno)
@@ -73,7 +85,7 @@ def _as_os_error(exc: BaseException) -> OSError | None:
 
 
 @contextlib.contextmanager
-def _writing(final: Path, temporary: Path | None = None):
+def _writing(final: Path, temporary: Path | None = None, what: str = "output path"):
     """Turn an OS error raised inside into a WriteError naming ``final`` (a file under ``temporary``,
     a staging folder, is named by where it was going)."""
     def staged(path) -> Path | None:
@@ -101,7 +113,7 @@ def _writing(final: Path, temporary: Path | None = None):
         os_exc = _as_os_error(exc)
         if os_exc is None:
             raise
-        raise write_error(staged(os_exc.filename) or final, os_exc) from exc
+        raise write_error(staged(os_exc.filename) or final, os_exc, what) from exc
 
 
 def _fsync_file(path: Path) -> None:
@@ -273,6 +285,74 @@ def atomic_new_dir(final: str | Path, marker: str):
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_dir(path: str | Path, what: str = "output folder") -> Path:
+    """``mkdir -p`` whose OS error (a file in the way, no permission, a read-only disk) is a WriteError."""
+    path = Path(path)
+    with _writing(path, what=what):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` (a newline is added) to a log file as one write, synced.
+
+    A log grows in place, so it cannot be renamed over; instead a failed append (a full disk mid-write)
+    cuts the file back to its previous length, so a reader never meets half a line from a failure.
+    Only a kill inside the one write() can leave a torn last line: readers skip a last line without
+    its newline.
+    """
+    path = Path(path)
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    with _writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+        finally:
+            os.close(fd)
+
+
+def complete_lines(text: str) -> list[str]:
+    """The non-empty lines of a log written by append_line, less a torn last line (no newline)."""
+    lines = text.split("\n")
+    return [line for line in lines[:-1] if line.strip()]
+
+
+def sweep_staging(folder: str | Path) -> list[Path]:
+    """Remove what a killed writer left in ``folder``: staging files and folders (``.NAME.tmp-*``) and
+    a previous version (``.NAME.old``) whose replacement is in place. Returns what was removed.
+
+    Only for a folder this process owns (a training run under its lock): in a shared folder another
+    process's staging folder may be in use.
+    """
+    removed = []
+    folder = Path(folder)
+    # the run folder and the folders in it (checkpoint/, tokenizer/, final/): where staging happens
+    folders = [folder, *(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))] \
+        if folder.is_dir() else []
+    for entry in sorted(e for f in folders for e in f.glob(".*")):
+        name = entry.name
+        stale = ".tmp-" in name or name.startswith(".tformer-probe-") or (
+            name.endswith(".old") and (entry.parent / name[1:-len(".old")]).exists())
+        if not stale:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
 
 
 def check_output_dir(path: str | Path, what: str = "--out", min_free: int = MIN_FREE_BYTES) -> Path:

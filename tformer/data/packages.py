@@ -18,7 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tformer.core.atomic import atomic_file
+from tformer.core.atomic import atomic_file, make_dir
 from tformer.core.errors import TformerError
 
 # pip's messages when the index cannot be reached at all (as opposed to a wrong name or version).
@@ -67,7 +67,7 @@ def fetch_package(spec: str, sha256: str, kind: str = "wheel") -> Path:
                 return existing
             existing.unlink()  # damaged since it was verified: fetch it again
 
-    home.mkdir(parents=True, exist_ok=True)
+    make_dir(home, "cache folder (TFORMER_CACHE)")
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=home))
     try:
         only = ["--only-binary=:all:"] if kind == "wheel" else ["--no-binary=:all:"]

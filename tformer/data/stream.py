@@ -35,7 +35,6 @@ def dtype_for(vocab_size: int) -> np.dtype:
 def write_stream(path, chunks, vocab_size: int, meta: dict | None = None) -> TokenStream:
     """Write token-id chunks (iterables of ints or arrays) as ``path`` (.bin) + sidecar, atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     dtype = dtype_for(vocab_size)
     count = 0
     with atomic_file(path, "wb") as f:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tformer.core.atomic import atomic_write_bytes, atomic_write_text
+from tformer.core.atomic import atomic_write_bytes, atomic_write_text, make_dir
 from tformer.core.errors import TformerError
 from tformer.core.files import parse_json, read_json, read_text
 from tformer.data.packages import cache_dir, extract_members, fetch_package
@@ -88,7 +88,7 @@ class Tokenizer:
     def save(self, directory) -> Path:
         """Write the descriptor (and any data file) into ``directory``; returns the descriptor path."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dir(directory, "tokenizer folder")
         desc = {"format": "tformer-tokenizer", "version": FORMAT_VERSION, **self.describe()}
         self._save_files(directory, desc)
         path = directory / DESCRIPTOR
@@ -362,7 +362,7 @@ def gpt2_ranks_path() -> Path:
     target = target_dir / GPT2_RANKS_FILE
     if not target.is_file():
         archive = fetch_package(WHISPER_SPEC, WHISPER_SHA256, "sdist")
-        target_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(target_dir, "cache folder (TFORMER_CACHE)")
         with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
             found = extract_members(archive, WHISPER_RANKS_MEMBER, Path(tmp))
             if not found:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from tformer.core.atomic import atomic_path
+from tformer.core.atomic import atomic_path, make_dir
 from tformer.core.errors import TformerError
 
 # Characters a tick label cannot show as themselves; visible stand-ins keep "a b" from reading "ab".
@@ -115,18 +115,11 @@ def save_attention_heatmaps(model, tokenizer, sentence: str, out_dir, layer: int
     """Write one file per head, ``layer{L}_head{H}.{fmt}`` (1-based like the titles); returns the paths."""
     if fmt not in ("png", "svg"):
         raise TformerError(f"heat maps are written as png or svg, not {fmt!r}")
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TformerError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    out_dir = make_dir(out_dir, "--out")
     paths = []
     for m in attention_maps(model, tokenizer, sentence, layer, max_heads):
         path = out_dir / f"layer{m.layer + 1}_head{m.head + 1}.{fmt}"
-        try:
-            with atomic_path(path) as tmp:
-                heatmap_figure(m).savefig(tmp, format=fmt, dpi=100)
-        except OSError as exc:
-            raise TformerError(f"cannot write {path}: {exc.strerror or exc}") from None
+        with atomic_path(path) as tmp:  # an OS error is a WriteError naming the file
+            heatmap_figure(m).savefig(tmp, format=fmt, dpi=100)
         paths.append(path)
     return paths

@@ -7,18 +7,15 @@ then let each section read the context, then write the three files atomically.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from tformer.core import fmt
-from tformer.core.atomic import atomic_dir
+from tformer.core import atomic, fmt
 from tformer.core.errors import TformerError
 from tformer.machine import cpu_flops_per_cycle, vs_theoretical
 from tformer.model import build
@@ -54,28 +51,14 @@ class ReportResult:
 # The output directory: checked before any work, replaced in one rename at the end
 # ------------------------------------------------------------------------------------------------
 
-def _os_error(out: Path, exc: OSError) -> TformerError:
-    why = "no space left on the device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
-    return TformerError(f"cannot write the report to {out}: {why}; choose another --out or free space")
-
-
 def check_output_dir(out: str | Path) -> Path:
     """Fail fast, before minutes of measurement: the target must be a previous report or absent, and
-    its parent writable (proved by creating and removing a temporary directory there)."""
+    writable (core.atomic's checks: no file in the way, a folder that takes new entries, free space)."""
     final = Path(out).expanduser()
-    if final.exists():
-        if not final.is_dir():
-            raise TformerError(f"--out {final} is a file, not a directory; choose another --out")
-        if any(final.iterdir()) and not (final / MARKER).is_file():
-            raise TformerError(f"--out {final} exists and is not a tformer report (no {MARKER}); the report replaces "
-                               "its directory whole, so choose a new or empty --out")
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.mkdtemp(prefix=f".{final.name}.probe-", dir=final.parent)
-        os.rmdir(probe)
-    except OSError as exc:
-        raise _os_error(final, exc) from None
-    return final
+    if final.is_dir() and any(final.iterdir()) and not (final / MARKER).is_file():
+        raise TformerError(f"--out {final} exists and is not a tformer report (no {MARKER}); the report replaces "
+                           "its directory whole, so choose a new or empty --out")
+    return atomic.check_output_dir(final)
 
 
 def _clean(value):
@@ -98,17 +81,14 @@ def write_report(final: Path, doc: Document, data: dict) -> list[Path]:
     md, page = render_markdown(doc), render_html(doc)
     payload = json.dumps(_clean(data), indent=1, allow_nan=False)
     names = ["report.md", "report.html", MARKER]
-    try:
-        with atomic_dir(final) as tmp:
-            (tmp / "plots").mkdir()
-            for f in doc.figures():
-                (tmp / "plots" / f"{f.name}.png").write_bytes(f.png)
-            (tmp / "report.md").write_text(md, encoding="utf-8")
-            (tmp / "report.html").write_text(page, encoding="utf-8")
-            (tmp / MARKER).write_text(payload, encoding="utf-8")
-            os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a report is meant to be shared
-    except OSError as exc:
-        raise _os_error(final, exc) from None
+    with atomic.atomic_dir(final) as tmp:  # an OS error surfaces as a WriteError naming the file
+        (tmp / "plots").mkdir()
+        for f in doc.figures():
+            (tmp / "plots" / f"{f.name}.png").write_bytes(f.png)
+        (tmp / "report.md").write_text(md, encoding="utf-8")
+        (tmp / "report.html").write_text(page, encoding="utf-8")
+        (tmp / MARKER).write_text(payload, encoding="utf-8")
+        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a report is meant to be shared
     return [final / n for n in names]
 
 

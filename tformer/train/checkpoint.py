@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from tformer.core.atomic import atomic_dir, existing_dir
 from tformer.core.errors import TformerError
-from tformer.core.files import FileFormatError, read_json
+from tformer.core.files import FileFormatError, read_json, read_safetensors_header
 from tformer.interop import checkpoint as model_files
 from tformer.train import fsdp
 
@@ -78,10 +78,10 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
                     "resume with the same --preset/--set options or start a new --out directory"
                 )
         state = _read_json(found / "state.json")
-        rng = load_file(str(found / "rng.safetensors"))
+        rng = _load_tensors(found / "rng.safetensors")
         optim_sd = None
         if optimizer is not None:
-            tensors = load_file(str(found / "optimizer.safetensors"))
+            tensors = _load_tensors(found / "optimizer.safetensors")
             meta = _read_json(found / "optimizer.json")
             optim_sd = _unflatten_optimizer(tensors, meta)
         if fsdp.is_sharded(model):
@@ -91,8 +91,10 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
             model_files.load_weights(model, found)
             if optim_sd is not None:
                 optimizer.load_state_dict(optim_sd)
-    except (model_files.CorruptCheckpoint, FileFormatError) as exc:
-        raise _corrupt(found, getattr(exc, "cause", exc)) from None
+    except FileFormatError:
+        raise  # already one line naming the file, what is wrong with it and the fix
+    except model_files.CorruptCheckpoint as exc:
+        raise _corrupt(found, exc.cause) from None
     except (OSError, json.JSONDecodeError, SafetensorError, KeyError, ValueError, RuntimeError) as exc:
         if isinstance(exc, TformerError):
             raise
@@ -109,6 +111,13 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
         np.random.set_state((np_state[0], np.array(np_state[1], dtype=np.uint32), *np_state[2:]))
     data = {k[len("data."):]: v for k, v in rng.items() if k.startswith("data.")}
     return state, data
+
+
+def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors, its header checked first: a damaged file (or a pickle put in its place)
+    is named before any of it is read."""
+    read_safetensors_header(path, "checkpoint file", fix="delete the checkpoint or resume from another")
+    return load_file(str(path))
 
 
 def _read_json(path: Path) -> dict:

@@ -3,6 +3,7 @@
 The lock is ``RUN/.lock``, held with ``flock`` on an open file and naming its owner (pid and host).
 The OS drops a flock when its process dies, however it dies, so a lock file that nobody holds is
 stale by construction: a SIGKILLed trainer's file is taken over (with a note) by the next one.
+The new owner removes what a killed writer left unfinished (staging folders of a checkpoint write).
 A lock file naming another host is never taken over on our own say-so: that host may still be
 training into a shared filesystem, so the refusal says which file to delete once it is not.
 """
@@ -16,6 +17,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from tformer.core.atomic import sweep_staging
 from tformer.core.errors import TformerError
 
 LOCK_NAME = ".lock"
@@ -93,6 +95,12 @@ def acquire(folder: str | Path, note: Callable[[str], None] = print) -> RunLock:
         note(f"note: taking over a stale lock on {folder} (pid {old_pid} is no longer training)")
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid={os.getpid()} host={host}\n".encode(), 0)
+    # Now that nobody else writes here: what a killed writer left half-made is garbage, never a
+    # checkpoint (those appear by rename only when complete).
+    leftovers = sweep_staging(folder)
+    if leftovers:
+        note(f"note: removed {len(leftovers)} unfinished write(s) left by an interrupted run in {folder} "
+             f"({', '.join(p.name for p in leftovers[:3])}{', ...' if len(leftovers) > 3 else ''})")
     return RunLock(path, fd, created)
 
 

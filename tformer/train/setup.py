@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tformer.core.atomic import atomic_write_text
+from tformer.core.atomic import atomic_write_text, make_dir
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 from tformer.core.files import read_json
@@ -150,7 +150,7 @@ def save_run_files(out: Path, run: Run, args_dict: dict) -> None:
 
     Only JSON values are kept (an argparse namespace also carries the command's function, say).
     """
-    out.mkdir(parents=True, exist_ok=True)
+    make_dir(out, "--out")
     if run.tokenizer is not None:
         run.tokenizer.save(out / "tokenizer")
     kept = {k: v for k, v in args_dict.items() if _is_json(v)}

@@ -11,6 +11,7 @@ from tformer.core.config import ModelConfig
 from tformer.model import build
 from tformer.train import checkpoint, distributed
 from tformer.train.loop import TrainArgs, Trainer
+from tformer.train.run_lock import run_lock
 from tformer.train.sources import CausalLMSource
 
 
@@ -69,9 +70,11 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         checkpoint.save_file = save_file_then_die
-    if a.resume:
-        trainer.resume()
-    trainer.run()
+    # As `tformer train` does: rank 0 holds the run's lock, and taking it clears what a killed run left half-made.
+    with run_lock(a.out, note=lambda s: None, enabled=trainer.world.rank == 0):
+        if a.resume:
+            trainer.resume()
+        trainer.run()
     distributed.shutdown()
 
 
