@@ -27,6 +27,8 @@ def check_temperature(temperature: float) -> float:
         raise TformerError(f"temperature must be a number, got {temperature!r}")
     if temperature < 0:
         raise TformerError(f"temperature must be positive (0 means greedy), got {temperature}")
+    if math.isinf(temperature):  # logits / inf is 0 for every token and NaN for a masked one
+        raise TformerError("temperature must be finite; for uniform sampling use a large value such as 1e6")
     return float(temperature)
 
 
@@ -60,7 +62,17 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     temperature = check_temperature(temperature)
     if temperature == 0:
         raise TformerError("temperature 0 is greedy decoding; take the argmax instead of sampling")
-    return logits if temperature == 1.0 else logits / temperature
+    if temperature == 1.0:
+        return logits
+    scaled = logits / temperature
+    if temperature < 1.0 and not bool(torch.isfinite(scaled.amax(dim=-1)).all()):
+        # A tiny temperature overflows the division to inf (or rounds to 0 in float32: 0/0 is NaN),
+        # and softmax of inf is NaN. Shifting each row's top logit to 0 first, and keeping it 0,
+        # gives the same distribution with finite values (the shift is skipped otherwise, so
+        # ordinary temperatures keep their exact arithmetic).
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        scaled = torch.where(shifted == 0, shifted, shifted / temperature)
+    return scaled
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
