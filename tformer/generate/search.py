@@ -407,8 +407,8 @@ def _check_size(model, cfg: GenerationConfig, batch: int, prefix: int, max_new: 
     if free is not None and need["total"] > free:
         fix = "drop --no-cache, or " if not cfg.use_cache else ""
         raise TformerError(
-            f"generating {rows:,} rows of {prefix + max_new} tokens needs at least {fmt.nbytes(need['total'])} "
-            f"(KV cache {fmt.nbytes(need['kv_cache'])}) but {device.type} memory has {fmt.nbytes(free)} free; "
+            f"generating {rows:,} rows of {prefix + max_new} tokens needs at least {fmt.si(need['total'], 'B')} "
+            f"(KV cache {fmt.si(need['kv_cache'], 'B')}) but {device.type} memory has {fmt.si(free, 'B')} free; "
             f"{fix}lower --batch, --num-beams or --max-new-tokens")
 
 
@@ -426,6 +426,11 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
     rows = _rows(input_ids, attention_mask)
     if any(len(r) == 0 for r in rows):
         raise TformerError("empty prompt: every sequence needs at least one token (give a BOS token to start from nothing)")
+    bad = next((t for r in rows for t in r if isinstance(t, bool) or not isinstance(t, int)
+                or not 0 <= t < mc.vocab_size), None)
+    if bad is not None:
+        raise TformerError(f"token id {bad!r} is outside the vocabulary [0, {mc.vocab_size}); "
+                           "give ids the model's tokenizer produces")
     limit = mc.max_positions
     info = {"truncated": False, "hit_context_limit": False}
     if runner.takes_source:
