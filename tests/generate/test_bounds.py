@@ -92,3 +92,10 @@ def test_a_tiny_temperature_samples_the_top_token_and_an_infinite_one_is_refused
     assert out.sequences == generate(model, [1, 2, 3], max_new_tokens=4).sequences  # as greedy
     with pytest.raises(TformerError, match="temperature must be finite"):
         check_temperature(float("inf"))
+
+
+def test_a_tiny_repetition_penalty_keeps_the_distribution_finite(model):
+    out = generate(model, [1, 2, 3], do_sample=True, repetition_penalty=1.2e-278, seed=0, max_new_tokens=4)
+    assert len(out.sequences[0]) == 4  # found by the fuzz: a NaN distribution reached torch.multinomial
+    with pytest.raises(TformerError, match="positive and finite"):
+        generate(model, [1, 2, 3], repetition_penalty=float("inf"))

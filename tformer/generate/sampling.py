@@ -51,8 +51,8 @@ def check_min_p(min_p: float) -> float:
 
 
 def check_repetition_penalty(penalty: float) -> float:
-    if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not penalty > 0:
-        raise TformerError(f"repetition_penalty must be positive (1 turns it off), got {penalty!r}")
+    if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not 0 < penalty < math.inf:
+        raise TformerError(f"repetition_penalty must be positive and finite (1 turns it off), got {penalty!r}")
     return float(penalty)
 
 
@@ -122,6 +122,10 @@ def repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float)
     if penalty == 1.0:
         return logits
     penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    # A tiny penalty overflows a division to inf, and softmax of inf is NaN; the largest finite value
+    # keeps the limit it stands for (that token is certain).
+    big = torch.finfo(penalised.dtype).max
+    penalised = penalised.clamp(-big, big)
     return torch.where(seen, penalised, logits)
 
 
