@@ -19,6 +19,7 @@ Full activation checkpointing keeps each layer's input and recomputes one layer 
 
 from __future__ import annotations
 
+from tformer.cost.ops import kv_cache_bytes
 from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
 # Optimizer-state tensors per parameter, and element-wise FLOPs per parameter of one update
@@ -134,3 +135,27 @@ def _kv_per_token(ledger) -> int:
 def korthikanti_activation_bytes(s: int, b: int, h: int, a: int, layers: int = 1) -> float:
     """Korthikanti et al. 2022 eq. (2): s·b·h·L·(34 + 5·a·s/h) bytes (16-bit, dropout, no recomputation)."""
     return s * b * h * layers * (34 + 5 * a * s / h)
+
+
+def generation_bytes(config, rows: int, tokens: int, prompt: int, *, source: int = 0, use_cache: bool = True,
+                     bytes_per: int = 4) -> dict:
+    """A lower bound on the memory one `generate` call needs beyond the weights, from the config alone.
+
+    rows: sequences decoded together (batch x beams); tokens: decoder positions at the end (prompt +
+    new tokens); prompt: decoder tokens read by the prefill; source: encoder tokens (encoder-decoder).
+    The KV cache holds every decoder layer's keys and values for ``tokens`` positions (cross-attention:
+    ``source`` positions). The largest forward pass holds one layer's activations and attention
+    scores: the prefill with a cache, the whole sequence at the last step without one. The search keeps
+    a few (rows, vocabulary) tensors (logits, log-probabilities, candidates) and each row's tokens.
+    """
+    c = config
+    decoder_layers = c.n_decoder_layers if c.traits.seq2seq else c.n_layers
+    kv = kv_cache_bytes(decoder_layers, tokens + source, c.n_kv_heads, c.head_dim, rows, bytes_per) if use_cache else 0
+    queries = prompt if use_cache else tokens
+    keys = tokens + source
+    width = max(c.d_ff, 3 * c.n_heads * c.head_dim, c.d_model)
+    forward = rows * (queries * width + c.n_heads * queries * keys) * bytes_per
+    if c.traits.seq2seq:  # the encoder's output stays for every row; its own pass scores source x source
+        forward += rows * source * (c.d_model + c.n_heads * source) * bytes_per
+    search = rows * (3 * c.vocab_size * 4 + 3 * tokens * 8)
+    return {"kv_cache": kv, "forward": forward, "search": search, "total": kv + forward + search}

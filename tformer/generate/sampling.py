@@ -27,6 +27,8 @@ def check_temperature(temperature: float) -> float:
         raise TformerError(f"temperature must be a number, got {temperature!r}")
     if temperature < 0:
         raise TformerError(f"temperature must be positive (0 means greedy), got {temperature}")
+    if math.isinf(temperature):  # logits / inf is 0 for every token and NaN for a masked one
+        raise TformerError("temperature must be finite; for uniform sampling use a large value such as 1e6")
     return float(temperature)
 
 
@@ -49,8 +51,8 @@ def check_min_p(min_p: float) -> float:
 
 
 def check_repetition_penalty(penalty: float) -> float:
-    if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not penalty > 0:
-        raise TformerError(f"repetition_penalty must be positive (1 turns it off), got {penalty!r}")
+    if not isinstance(penalty, (int, float)) or isinstance(penalty, bool) or not 0 < penalty < math.inf:
+        raise TformerError(f"repetition_penalty must be positive and finite (1 turns it off), got {penalty!r}")
     return float(penalty)
 
 
@@ -60,7 +62,17 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     temperature = check_temperature(temperature)
     if temperature == 0:
         raise TformerError("temperature 0 is greedy decoding; take the argmax instead of sampling")
-    return logits if temperature == 1.0 else logits / temperature
+    if temperature == 1.0:
+        return logits
+    scaled = logits / temperature
+    if temperature < 1.0 and not bool(torch.isfinite(scaled.amax(dim=-1)).all()):
+        # A tiny temperature overflows the division to inf (or rounds to 0 in float32: 0/0 is NaN),
+        # and softmax of inf is NaN. Shifting each row's top logit to 0 first, and keeping it 0,
+        # gives the same distribution with finite values (the shift is skipped otherwise, so
+        # ordinary temperatures keep their exact arithmetic).
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        scaled = torch.where(shifted == 0, shifted, shifted / temperature)
+    return scaled
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -110,6 +122,10 @@ def repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float)
     if penalty == 1.0:
         return logits
     penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    # A tiny penalty overflows a division to inf, and softmax of inf is NaN; the largest finite value
+    # keeps the limit it stands for (that token is certain).
+    big = torch.finfo(penalised.dtype).max
+    penalised = penalised.clamp(-big, big)
     return torch.where(seen, penalised, logits)
 
 

@@ -27,8 +27,11 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.cost.memory import generation_bytes
 from tformer.generate import sampling
+from tformer.machine import available_memory_bytes
 from tformer.model.base import TransformerModel
 from tformer.model.runners import Cache, Runner, runner_for
 
@@ -36,6 +39,9 @@ from tformer.model.runners import Cache, Runner, runner_for
 # reference (Hugging Face `generate`) uses exactly this and its edge cases (a batch item whose
 # best candidates all ended at once) depend on the arithmetic; matching it keeps outputs equal.
 IMPOSSIBLE = -1.0e9
+# Sequences decoded at once (batch x beams). Beyond this a request is a typo, not a workload: a
+# 1-layer model with a 16-token vocabulary already takes minutes and gigabytes for a million beams.
+MAX_ROWS = 65536
 
 
 @dataclass
@@ -377,6 +383,35 @@ def _fit_source(rows, decoder_input_ids, mc, cfg: GenerationConfig, limit: int, 
     return rows, start_rows
 
 
+def _free_bytes(device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return available_memory_bytes() if device.type == "cpu" else None
+
+
+def _check_size(model, cfg: GenerationConfig, batch: int, prefix: int, max_new: int, source: int, device) -> None:
+    """Refuse, before anything is allocated, a request that cannot finish: more beams than tokens to
+    choose from, more sequences than any real workload, or more memory than the device has free."""
+    mc = model.config
+    if cfg.num_beams > mc.vocab_size:
+        raise TformerError(f"--num-beams {cfg.num_beams} is more than the {mc.vocab_size} tokens of the vocabulary; "
+                           f"use at most {mc.vocab_size} (4 to 8 is usual)")
+    rows = batch * cfg.num_beams
+    if rows > MAX_ROWS:
+        raise TformerError(f"{batch} sequences x {cfg.num_beams} beams = {rows:,} rows decoded at once, more than "
+                           f"{MAX_ROWS:,}; lower --batch or --num-beams")
+    param = next(model.parameters(), None)
+    need = generation_bytes(mc, rows, prefix + max_new, prefix, source=source, use_cache=cfg.use_cache,
+                            bytes_per=param.element_size() if param is not None else 4)
+    free = _free_bytes(device)
+    if free is not None and need["total"] > free:
+        fix = "drop --no-cache, or " if not cfg.use_cache else ""
+        raise TformerError(
+            f"generating {rows:,} rows of {prefix + max_new} tokens needs at least {fmt.si(need['total'], 'B')} "
+            f"(KV cache {fmt.si(need['kv_cache'], 'B')}) but {device.type} memory has {fmt.si(free, 'B')} free; "
+            f"{fix}lower --batch, --num-beams or --max-new-tokens")
+
+
 def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: GenerationConfig | None, overrides):
     """Check everything, build the cache and the run record. Returns (run, batch, info)."""
     if not isinstance(model, TransformerModel):
@@ -391,6 +426,11 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
     rows = _rows(input_ids, attention_mask)
     if any(len(r) == 0 for r in rows):
         raise TformerError("empty prompt: every sequence needs at least one token (give a BOS token to start from nothing)")
+    bad = next((t for r in rows for t in r if isinstance(t, bool) or not isinstance(t, int)
+                or not 0 <= t < mc.vocab_size), None)
+    if bad is not None:
+        raise TformerError(f"token id {bad!r} is outside the vocabulary [0, {mc.vocab_size}); "
+                           "give ids the model's tokenizer produces")
     limit = mc.max_positions
     info = {"truncated": False, "hit_context_limit": False}
     if runner.takes_source:
@@ -400,6 +440,8 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
         rows, prefix = _fit_prefix(rows, cfg, limit, info)
     max_new = min(cfg.max_new_tokens, limit - prefix)
     info["hit_context_limit"] = max_new < cfg.max_new_tokens
+    source = max(len(r) for r in rows) if runner.takes_source else 0
+    _check_size(model, cfg, len(rows), prefix, max_new, source, device)
 
     stop_tokens = cfg.stop_tokens if cfg.stop_tokens is not None else mc.eos_token_id
     stop = _stop_matrix(stop_tokens, len(rows), mc.vocab_size, device)

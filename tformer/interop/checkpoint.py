@@ -27,6 +27,7 @@ from tformer.interop.hf_config import is_hf_config
 from tformer.model import build
 
 CONFIG_FILE = "config.json"
+FLOAT_DTYPES = {"F8_E5M2", "F8_E4M3", "F16", "BF16", "F32", "F64"}
 WEIGHTS_FILE = "model.safetensors"
 
 
@@ -116,15 +117,35 @@ def _checked_header(path: Path) -> dict[str, dict]:
         raise CorruptCheckpoint(str(exc), path, exc) from None
 
 
+def check_weights_header(model, path: Path) -> None:
+    """``path``'s safetensors header against ``model``'s state dict (a meta-device model will do):
+    names, shapes and floating dtypes, before any tensor is read. A tied tensor stored once (as
+    safetensors' save_model writes it) counts for every name it goes by."""
+    header = _checked_header(path)
+    state = model.state_dict(keep_vars=True)
+    expected = {k: tuple(v.shape) for k, v in state.items() if k in header}
+    check_tensor_shapes(path, header, expected, what="checkpoint weights",
+                        fix=f"the {CONFIG_FILE} beside it does not match these weights; use the pair saved together")
+    stored = {id(state[k]) for k in expected}
+    missing = [k for k, v in state.items() if k not in header and id(v) not in stored]
+    unexpected = [k for k in header if k not in state]
+    if missing or unexpected:
+        names = sorted(missing or unexpected)[:3]
+        what = "is missing" if missing else "has unexpected"
+        raise TformerError(f"{path} {what} tensors {names}; does {CONFIG_FILE} match it?")
+    for name in expected:
+        if state[name].is_floating_point() and header[name]["dtype"] not in FLOAT_DTYPES:
+            raise TformerError(f"{path} stores tensor {name!r} as {header[name]['dtype']}, not a floating-point "
+                               f"type; the file is not a model's weights, save it again")
+
+
 def load_weights(model, directory: str | Path) -> None:
     """Fill ``model`` in place from ``directory``/model.safetensors; every tensor must fit."""
     path = Path(directory) / WEIGHTS_FILE
     model = unwrap(model)
-    header = _checked_header(path)
-    # Shapes before anything is allocated: a tensor the config sizes differently is named here, not
-    # as a torch size-mismatch traceback (names the model lacks or the file lacks: below).
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items() if k in header}
-    check_tensor_shapes(path, header, expected, what="checkpoint weights", fix=f"does {CONFIG_FILE} match it?")
+    # Names, shapes and dtypes before anything is read: a tensor the config sizes differently is
+    # named here, not as a torch size-mismatch traceback after the file was loaded.
+    check_weights_header(model, path)
     try:
         missing, unexpected = st.load_model(model, str(path), strict=False)
     except (SafetensorError, RuntimeError, OSError) as exc:
@@ -139,7 +160,11 @@ def load_weights(model, directory: str | Path) -> None:
 def load_model(path: str | Path):
     """The model saved in a training output folder (or a checkpoint folder), in eval mode."""
     directory = model_dir(path)
-    model = build(read_config(directory), init=False)
+    config = read_config(directory)
+    # The meta device gives every tensor's shape without allocating it: a file that does not fit
+    # the config is refused before the model's memory is taken.
+    check_weights_header(build(config, device="meta", init=False), directory / WEIGHTS_FILE)
+    model = build(config, init=False)
     load_weights(model, directory)
     return model.eval()
 

@@ -232,6 +232,57 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
                            "the file is corrupt or truncated, download or save it again") from None
 
 
+# The torch dtype a header's dtype names, for the shape-only tensors of the header check.
+_META_DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
+                "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32,
+                "F64": torch.float64}
+
+
+def _header_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """Each tensor named in ``path``'s safetensors header as a meta tensor: its shape, no data read."""
+    header = read_safetensors_header(path, "weights file",
+                                     fix="the file is corrupt or truncated, download or save it again")
+    return {k: torch.empty(v["shape"], dtype=_META_DTYPES.get(v["dtype"], torch.float32), device="meta")
+            for k, v in header.items()}
+
+
+def _safetensors_files(directory: Path) -> list[Path] | None:
+    """The safetensors file(s) read_weights will read, or None when it reads pytorch_model.bin."""
+    if (directory / "model.safetensors").is_file():
+        return [directory / "model.safetensors"]
+    index = directory / "model.safetensors.index.json"
+    if not index.is_file():
+        return None
+    weight_map = _read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise TformerError(f"{index} has no weight_map; the sharded checkpoint index is damaged")
+    shards = [directory / shard for shard in sorted(set(weight_map.values()))]
+    for shard in shards:
+        if not shard.is_file():
+            raise TformerError(f"shard {shard.name} listed in {index.name} is missing from {directory}")
+    return shards
+
+
+def _check_headers(directory: Path, config, model_type: str) -> None:
+    """The whole name and shape check of load_hf, on the safetensors headers alone: a file whose
+    tensors do not fit config.json is refused before any tensor is read or allocated."""
+    files = _safetensors_files(directory)
+    if files is None:
+        return
+    sd: dict[str, torch.Tensor] = {}
+    for path in files:
+        sd.update(_header_tensors(path))
+    sd = _normalise_names(sd)
+    prefix = _prefix(model_type, sd)
+    config = _refine(config, model_type, sd, prefix)
+    expected = {k: v.shape for k, v in build(config, device="meta").state_dict().items()}
+    try:
+        convert_from_hf(sd, config, model_type, prefix, expected)
+    except TformerError as exc:
+        where = files[0] if len(files) == 1 else directory
+        raise TformerError(f"{where}: {exc}") from None
+
+
 def _read_bin(path: Path) -> dict[str, torch.Tensor]:
     try:
         data = torch.load(str(path), map_location="cpu", weights_only=True)  # never unpickle arbitrary code
@@ -295,8 +346,11 @@ def _refine(config, model_type: str, sd: dict, prefix: str):
     embedding, head = _EMBEDDING[model_type]
     embedding = prefix + embedding
     lm_head = changes.get("lm_head", config.lm_head)
+    # From a header alone (meta tensors) equal shapes cannot tell a tied head from an untied one;
+    # either way every tensor is checked, and the real load decides from the values.
     separate = head in sd and embedding in sd and (
-        sd[head].shape != sd[embedding].shape or not torch.equal(sd[head], sd[embedding]))
+        sd[head].shape != sd[embedding].shape
+        or (not sd[head].is_meta and not torch.equal(sd[head], sd[embedding])))
     if config.tied_embeddings and lm_head and separate:
         changes["tied_embeddings"] = False  # both stored, different values: HF keeps them apart, so must we
     if model_type == "t5":  # transformers >= 5 ties T5's head whenever the file has no separate one
@@ -406,6 +460,7 @@ def load_hf(path, device=None, dtype=None):
     hf_config = _read_json(config_path)
     config = config_from_hf(hf_config)
     model_type = hf_config["model_type"]
+    _check_headers(directory, config, model_type)
     sd = _normalise_names(read_weights(directory))
     prefix = _prefix(model_type, sd)
     config = _refine(config, model_type, sd, prefix).replace(name=directory.name or config.name)

@@ -321,6 +321,15 @@ def cpu_info() -> CPUInfo:
     return cpu
 
 
+def available_memory_bytes() -> int | None:
+    """Memory the OS can give a new allocation now (Linux MemAvailable), None where it does not say."""
+    text = _read("/proc/meminfo")
+    m = re.search(r"MemAvailable:\s+(\d+)\s*kB", text or "")
+    if m:
+        return int(m.group(1)) * 1024
+    return None
+
+
 def _memory_info(memory_mt_s: float | None, channels: int | None) -> MemoryInfo:
     mem = MemoryInfo()
     text = _read("/proc/meminfo")
