@@ -60,7 +60,8 @@ from tformer.machine.specs import (
 
 __all__ = ["DTYPES", "DTYPE_BITS", "GiB", "MATMUL_DTYPES", "NO_NATIVE", "SPEC_TABLE", "STREAM_ARRAYS", "STREAM_KERNELS",
            "BenchResult", "CPUInfo", "Cache", "Comparison", "Device", "DeviceBench", "GPUInfo", "GemvPoint",
-           "MachineSpecs", "MatmulPoint", "MemoryInfo", "Peak", "StreamPoint", "above_peak_note", "add_nvml", "available_memory_bytes",
+           "MachineSpecs", "MatmulPoint", "MemoryInfo", "Peak", "StreamPoint", "above_peak_note", "add_nvml",
+           "available_memory_bytes",
            "cache_dir", "cpu_flops_per_cycle", "cpu_info", "cpu_peak_flops", "cpu_peaks", "cpu_units", "detect",
            "device_from_dict", "device_names", "driver_gpu_names", "gpu_bandwidth", "gpu_peaks", "implied_clock_hz",
            "last_level_cache_bytes", "load_measured_device", "load_profile", "lookup", "machine_key",
