@@ -11,7 +11,6 @@ import errno
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 
 from tformer.core import fmt
 from tformer.core.atomic import atomic_dir
+from tformer.core.atomic import check_output_dir as atomic_check_output_dir
 from tformer.core.errors import TformerError
 from tformer.machine import cpu_flops_per_cycle, vs_theoretical
 from tformer.model import build
@@ -69,13 +69,8 @@ def check_output_dir(out: str | Path) -> Path:
         if any(final.iterdir()) and not (final / MARKER).is_file():
             raise TformerError(f"--out {final} exists and is not a tformer report (no {MARKER}); the report replaces "
                                "its directory whole, so choose a new or empty --out")
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.mkdtemp(prefix=f".{final.name}.probe-", dir=final.parent)
-        os.rmdir(probe)
-    except OSError as exc:
-        raise _os_error(final, exc) from None
-    return final
+    # Creates nothing: a report refused later (a bad --config, say) must not leave new folders behind.
+    return atomic_check_output_dir(final)
 
 
 def _clean(value):
@@ -187,6 +182,12 @@ def make_report(opts: ReportOptions, progress=None) -> ReportResult:
 
 
     final = check_output_dir(opts.out)
+    # Checked before the first measurement: torch raises a RuntimeError for threads < 1, and a NaN
+    # training budget never runs out.
+    if opts.threads is not None and opts.threads < 1:
+        raise TformerError(f"--threads must be at least 1, got {opts.threads}")
+    if opts.train_seconds is not None and not (math.isfinite(opts.train_seconds) and opts.train_seconds > 0):
+        raise TformerError(f"--train-seconds must be a finite positive number of seconds, got {opts.train_seconds}")
     prev_threads = torch.get_num_threads()
     if opts.threads:
         torch.set_num_threads(opts.threads)
