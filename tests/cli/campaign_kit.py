@@ -151,7 +151,8 @@ def run_case(c: Case, tmp_path: Path, templates: Templates) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TFORMER_CACHE": str(tmp_path / "cache"),
            "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        proc = subprocess.run([sys.executable, "-m", "tformer", *argv], cwd=work, env=env, stdin=subprocess.DEVNULL, check=False,
+        proc = subprocess.run([sys.executable, "-m", "tformer", *argv], cwd=work, env=env, stdin=subprocess.DEVNULL,
+                              check=False,
                               capture_output=True, text=True, timeout=TIMEOUT_S)
     finally:
         os.chmod(work, 0o700)
