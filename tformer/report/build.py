@@ -70,7 +70,10 @@ def check_output_dir(out: str | Path) -> Path:
             raise TformerError(f"--out {final} exists and is not a tformer report (no {MARKER}); the report replaces "
                                "its directory whole, so choose a new or empty --out")
     # Creates nothing: a report refused later (a bad --config, say) must not leave new folders behind.
-    return atomic_check_output_dir(final)
+    try:
+        return atomic_check_output_dir(final)
+    except TformerError as exc:
+        raise TformerError(f"cannot write the report: {exc}") from None
 
 
 def _clean(value):
