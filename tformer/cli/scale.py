@@ -53,8 +53,6 @@ def run(args) -> int:
             config, args.train_tokens, args.devices, args.utilization, device.peak(COMPUTE_DTYPE[workload.dtype]),
             price_per_device_hour=args.price, workload=tw)
     if args.budget is not None:
-        if args.budget <= 0:
-            raise TformerError(f"--budget must be a positive number of FLOPs, got {args.budget}")
         out["compute_optimal"] = {"chinchilla_20_tokens_per_param": scaling.chinchilla_optimal(args.budget),
                                   "chinchilla_fit": scaling.chinchilla_optimal_fit(args.budget),
                                   "kaplan": scaling.kaplan_optimal(args.budget)}

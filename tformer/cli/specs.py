@@ -1,6 +1,7 @@
 """`tformer specs`: what this machine is, and its theoretical peaks with their sources."""
 
 import json
+import math
 
 from tformer.cli._cost_common import console as make_console
 from tformer.core import fmt
@@ -24,8 +25,8 @@ def _check(args) -> None:
     for flag, value in (("--clock-ghz", args.clock_ghz), ("--fma-units", args.fma_units),
                         ("--simd-bits", args.simd_bits), ("--memory-mts", args.memory_mts),
                         ("--memory-channels", args.memory_channels), ("--memory-bus-bits", args.memory_bus_bits)):
-        if value is not None and not value > 0:
-            raise TformerError(f"{flag} must be positive, got {value}")
+        if value is not None and not (value > 0 and math.isfinite(value)):  # inf would print infinite peaks
+            raise TformerError(f"{flag} must be a finite positive number, got {value}")
     if args.simd_bits is not None and args.simd_bits % 64:
         raise TformerError(f"--simd-bits must be a multiple of 64 (128, 256, 512), got {args.simd_bits}")
 

@@ -76,6 +76,7 @@ def run(args) -> int:
     import torch
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.measure.bench import torch_device
     from tformer.train import distributed
     from tformer.train.progress import TrainProgress
     from tformer.train.run_lock import run_lock
@@ -87,8 +88,9 @@ def run(args) -> int:
     # step measured here went from ~7 ms to ~1.6 s); flushing them to zero changes no result
     # that matters and is what GPUs do by default.
     torch.set_flush_denormal(True)
-    if flags.device.startswith("cuda") and not torch.cuda.is_available():
-        raise TformerError(f"--device {flags.device} asked for, but no CUDA device is available; use --device cpu")
+    # A name torch cannot parse ("tpu") is a RuntimeError at the first tensor; refuse it here in one line.
+    # Under torchrun "cuda" later becomes each rank's own cuda:N, so only the check is kept.
+    torch_device(flags.device)
     world = distributed.init_from_env(flags.device)
     # None = draw the live bar only if stderr is a terminal; off for other ranks and with --no-progress.
     progress = TrainProgress(enabled=False if flags.no_progress or world.rank != 0 else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
 from itertools import accumulate
@@ -76,6 +77,10 @@ def read_text(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_BY
     path = Path(path)
     try:
         with open(path, "rb") as fh:
+            # A regular file's size is known without reading it: a 10 GB file is refused at once, not
+            # after max_bytes are read into memory (pipes and /dev/stdin report 0 and are read).
+            if os.fstat(fh.fileno()).st_size > max_bytes:
+                raise _fail(path, what, f"is larger than {max_bytes} bytes", fix)
             raw = fh.read(max_bytes + 1)
     except FileNotFoundError:
         raise _fail(path, what, "does not exist", fix) from None

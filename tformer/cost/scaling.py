@@ -216,6 +216,14 @@ def training_tokens_per_second(n_params: float, peak_flops: float, utilization: 
     return devices * utilization * peak_flops / (6 * n_params)
 
 
+def _positive(what: str, value: float, zero_ok: bool = False) -> float:
+    """``value`` if it is a finite number above zero (or zero, with ``zero_ok``); else one TformerError.
+    NaN fails every comparison, so a plain ``value <= 0`` test would let it through."""
+    if not (math.isfinite(value) and (value >= 0 if zero_ok else value > 0)):
+        raise TformerError(f"{what} must be a finite {'non-negative' if zero_ok else 'positive'} number, got {value}")
+    return value
+
+
 def training_time(total_flops: float, peak_flops: float, utilization: float, devices: int = 1) -> float:
     """Wall-clock seconds for ``total_flops`` on ``devices`` devices at ``utilization`` of their peak."""
     if not 0 < utilization <= 1:
@@ -230,6 +238,9 @@ def training_run(config, tokens: float, devices: int, utilization: float, peak_f
                  workload: Workload | None = None) -> dict:
     """Time (and cost) to train ``config`` on ``tokens`` tokens: exact step FLOPs from the ledger,
     times the number of steps, at ``utilization`` of ``peak_flops`` on ``devices`` devices."""
+    _positive("training tokens", tokens)
+    if price_per_device_hour is not None:
+        _positive("price per device-hour", price_per_device_hour, zero_ok=True)
     w = workload or Workload(phase="train", batch=batch, seq=seq)
     lg = ledger(config, w)
     per_token = lg.flops["matmul"] / lg.tokens
@@ -266,6 +277,7 @@ def checkpointing_overhead(forward: float = 1.0, backward: float = 2.0, recomput
 # Compute-optimal sizes ---------------------------------------------------------------------------------------------------
 def chinchilla_optimal(compute: float, tokens_per_param: float = CHINCHILLA_TOKENS_PER_PARAM) -> dict:
     """N and D for a compute budget with C = 6·N·D and D = tokens_per_param·N (Hoffmann et al. 2022)."""
+    _positive("compute budget (FLOPs)", compute)
     n = (compute / (6 * tokens_per_param)) ** 0.5
     return {"params": n, "tokens": tokens_per_param * n, "rule": f"C = 6ND, D = {tokens_per_param}N"}
 
@@ -274,6 +286,7 @@ def chinchilla_optimal_fit(compute: float, fit: dict = CHINCHILLA_FIT) -> dict:
     """N and D minimising E + A/N^alpha + B/D^beta subject to C = 6ND (Hoffmann et al. 2022, eq. 4 with
     the approach-3 constants): N_opt = G·(C/6)^(beta/(alpha+beta)), D_opt = (C/6)/N_opt,
     G = (alpha·A / (beta·B))^(1/(alpha+beta))."""
+    _positive("compute budget (FLOPs)", compute)
     A, B, a, b = fit["A"], fit["B"], fit["alpha"], fit["beta"]
     G = (a * A / (b * B)) ** (1 / (a + b))
     n = G * (compute / 6) ** (b / (a + b))
@@ -284,5 +297,6 @@ def chinchilla_optimal_fit(compute: float, fit: dict = CHINCHILLA_FIT) -> dict:
 
 def kaplan_optimal(compute: float) -> dict:
     """Kaplan et al. 2020: N_opt = 1.3e9 · (C / PF-day)^0.73 non-embedding parameters; tokens from C = 6ND."""
+    _positive("compute budget (FLOPs)", compute)
     n = KAPLAN_N_COEFF * (compute / PF_DAY) ** KAPLAN_N_EXPONENT
     return {"params": n, "tokens": compute / (6 * n), "rule": "Kaplan et al. 2020, N = 1.3e9 (C/PF-day)^0.73"}

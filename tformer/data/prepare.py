@@ -46,13 +46,18 @@ def chunks(text: str, size: int = CHUNK_CHARS) -> list[str]:
     return out
 
 
+def _bpe_vocab(vocab_size: int | None) -> int:
+    """The default only when none was given: ``vocab_size or DEFAULT`` turned --vocab-size 0 into 4096."""
+    return DEFAULT_BPE_VOCAB if vocab_size is None else vocab_size
+
+
 def build_tokenizer(corpus, tokenizer: str, vocab_size: int | None = None):
     if tokenizer == "char":
         return tk.CharTokenizer(set().union(*(set(corpus.text(s)) for s in corpus.splits)))
     if tokenizer == "bpe":
         # Chunks, not lines: merges that span line ends ("\n\n") can be learned.
         texts = chunks(corpus.text("train"), 1 << 16)
-        return tk.ByteBPETokenizer.train(texts, vocab_size=vocab_size or DEFAULT_BPE_VOCAB)
+        return tk.ByteBPETokenizer.train(texts, vocab_size=_bpe_vocab(vocab_size))
     if tokenizer == "gpt2":
         return tk.GPT2Tokenizer.fetch()
     path = Path(tokenizer).expanduser()
@@ -66,7 +71,7 @@ def build_tokenizer(corpus, tokenizer: str, vocab_size: int | None = None):
 
 def _tokenizer_key(tokenizer: str, vocab_size: int | None) -> str:
     if tokenizer == "bpe":
-        return f"bpe-{vocab_size or DEFAULT_BPE_VOCAB}"
+        return f"bpe-{_bpe_vocab(vocab_size)}"
     if tokenizer in TOKENIZER_KINDS:
         return tokenizer
     path = Path(tokenizer).expanduser().resolve()

@@ -228,6 +228,23 @@ def _stream_elements(device: str, specs, quick: bool) -> tuple[int, str]:
     return target // 4, f"4x the last-level cache ({fmt.in_unit(llc, 'MiB', 0)}) per array"
 
 
+def torch_device(name: str | None) -> str:
+    """The one device a measurement runs on, as "cpu" or "cuda:N": ``name`` checked against what this
+    machine has (None: the first GPU, else the CPU). torch's own parser would raise a RuntimeError for
+    a name like "tpu", and only once a tensor is made."""
+    if name is None:
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if name in ("cuda", "gpu"):
+        name = "cuda:0"
+    if name != "cpu" and not (name.startswith("cuda:") and name[5:].isdigit()):
+        raise TformerError(f"unknown device {name!r}; use cpu, cuda or cuda:N")
+    if name == "cpu" or name in _devices("all"):
+        return name
+    if not torch.cuda.is_available():
+        raise TformerError(f"--device {name} asked for, but no CUDA GPU is available here; use --device cpu")
+    raise TformerError(f"device {name!r} is not available; available: {', '.join(_devices('all'))}")
+
+
 def _devices(devices) -> list[str]:
     cuda = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     if devices is None or devices == "all":
@@ -527,4 +544,4 @@ def _gpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[s
 
 # The records are re-exported: callers that measure and read results import from one place.
 __all__ = ["STREAM_ARRAYS", "BenchResult", "Comparison", "DeviceBench", "GemvPoint", "MatmulPoint", "StreamPoint",
-           "bench_gemv", "bench_matmul", "bench_stream", "compare", "run_bench", "time_calls"]
+           "bench_gemv", "bench_matmul", "bench_stream", "compare", "run_bench", "time_calls", "torch_device"]

@@ -26,7 +26,7 @@ from tformer.cost.ledger import ledger
 from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 from tformer.machine import Device, resolve_hardware
 from tformer.machine.profile_store import load_measured_device, save_profile
-from tformer.measure.bench import run_bench
+from tformer.measure.bench import run_bench, torch_device
 from tformer.measure.optime import FlopRecorder, Hooks, Timeline, attribute, merge
 from tformer.measure.probe import detect_machine
 from tformer.measure.step import StepRunner, framework_overhead
@@ -390,12 +390,7 @@ def _profile(config, workload, device: str | None = None, hardware=None, steps: 
     for label, value, low in (("steps", steps, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise TformerError(f"{label} must be a whole number of at least {low}, got {value!r}")
-    if device is None:
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise TformerError("no CUDA GPU is available here; profile on the cpu")
-    if device == "cuda":
-        device = "cuda:0"
+    device = torch_device(device)
     lg = ledger(config, workload)
     StepRunner.check(config, workload)  # bad input fails here, before a bench or a model build
     hw, notes = resolve_profile_hardware(hardware, device, progress=say)

@@ -58,6 +58,7 @@ def check_output_dir(out: str | Path) -> Path:
     if final.is_dir() and any(final.iterdir()) and not (final / MARKER).is_file():
         raise TformerError(f"--out {final} exists and is not a tformer report (no {MARKER}); the report replaces "
                            "its directory whole, so choose a new or empty --out")
+    # Creates nothing: a report refused later (a bad --config, say) must not leave new folders behind.
     return atomic.check_output_dir(final)
 
 
@@ -167,6 +168,12 @@ def make_report(opts: ReportOptions, progress=None) -> ReportResult:
 
 
     final = check_output_dir(opts.out)
+    # Checked before the first measurement: torch raises a RuntimeError for threads < 1, and a NaN
+    # training budget never runs out.
+    if opts.threads is not None and opts.threads < 1:
+        raise TformerError(f"--threads must be at least 1, got {opts.threads}")
+    if opts.train_seconds is not None and not (math.isfinite(opts.train_seconds) and opts.train_seconds > 0):
+        raise TformerError(f"--train-seconds must be a finite positive number of seconds, got {opts.train_seconds}")
     prev_threads = torch.get_num_threads()
     if opts.threads:
         torch.set_num_threads(opts.threads)

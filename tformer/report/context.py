@@ -17,7 +17,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
 from tformer.machine import resolve_hardware
 from tformer.machine.profile_store import load_profile, profile_path, save_profile
-from tformer.measure.bench import run_bench
+from tformer.measure.bench import run_bench, torch_device
 from tformer.measure.optime import call_overhead
 from tformer.measure.probe import detect_machine
 from tformer.train.setup import base_config
@@ -125,13 +125,7 @@ def resolve_config(opts: ReportOptions):
 
 
 def pick_device(opts: ReportOptions) -> str:
-    if opts.device:
-        if opts.device.startswith("cuda") and not torch.cuda.is_available():
-            raise TformerError(f"--device {opts.device} asked for, but no CUDA GPU is available; use --device cpu")
-        if opts.device not in ("cpu", "cuda") and not opts.device.startswith("cuda:"):
-            raise TformerError(f"unknown device {opts.device!r}; use cpu, cuda or cuda:N")
-        return "cuda:0" if opts.device == "cuda" else opts.device
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
+    return torch_device(opts.device or None)
 
 
 def machine_profile(torch_device: str, specs, say) -> tuple[object, str]:

@@ -140,7 +140,7 @@ def _pairs(data: str, tokenizer: str, vocab_size: int | None, seed: int, max_pai
         train = [train[i] for i in sorted(keep.tolist())]
     # One joint vocabulary for both languages, because encoder and decoder share one embedding
     # table (as in the 2017 paper's shared BPE).
-    tok = ByteBPETokenizer.train([s for p in train for s in p], vocab_size=vocab_size or 8000)
+    tok = ByteBPETokenizer.train([s for p in train for s in p], vocab_size=8000 if vocab_size is None else vocab_size)
     enc = lambda pairs: [(tok.encode(s), tok.encode(t)) for s, t in pairs]
     return tok, enc(train), enc(val)
 
