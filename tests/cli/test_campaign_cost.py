@@ -6,7 +6,7 @@ user does, `python -m tformer ...` in a subprocess. Every case must end with exi
 stderr line `tformer <command>: error: ...` naming the problem, no traceback anywhere, and every file in
 its folder byte-identical afterwards. CAMPAIGN_CASES counts the cases here (89 when written; argparse's
 own usage errors are 6 of them); test_campaign_model.py holds the rest (profile, train, generate,
-translate, export, report, data) and CAMPAIGN_CASES_TOTAL, both parts together (171 when written).
+translate, export, report, data) and CAMPAIGN_CASES_TOTAL, both parts together (174 when written).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ folders of unknown or lying configs; output folders that are files, under a file
 `python -m tformer ...` in a subprocess. Every case must end with exit status 2, its last stderr line
 `tformer <command>: error: ...` naming the problem, no traceback anywhere, and every file in its folder
 byte-identical afterwards (a refused --out is not created; a pickle is never run). CAMPAIGN_CASES
-counts the cases here (82 when written; 2 skip as root, 1 xfail; 3 are argparse usage errors);
-CAMPAIGN_CASES_TOTAL adds part 1 (test_campaign_cost.py): 171 when written.
+counts the cases here (85 when written; 2 skip as root; 3 are argparse usage errors);
+CAMPAIGN_CASES_TOTAL adds part 1 (test_campaign_cost.py): 174 when written.
 """
 
 from __future__ import annotations
@@ -185,9 +185,10 @@ TRAIN = [
     case("train-config-missing", "does not exist")(
         lambda k: ["train", "--config", str(k.dir / "gone.json"), "--out", str(k.dir / "run")]),
     case("train-max-steps-zero", "--max-steps")(lambda k: [*train(k), "--max-steps", "0"]),
-    case("train-lr-nan", "--lr", marks=pytest.mark.xfail(
-        strict=True, reason="TrainArgs.validate (train/loop.py) lets a NaN --lr through to torch.optim's ValueError"))(
-        lambda k: [*train(k), "--lr", "nan"]),
+    case("train-lr-nan", "--lr")(lambda k: [*train(k), "--lr", "nan"]),
+    case("train-eval-interval-zero", "--eval-interval")(lambda k: [*train(k), "--eval-interval", "0"]),
+    case("train-beta2-one", "--beta2")(lambda k: [*train(k), "--beta2", "1"]),
+    case("train-grad-clip-inf", "--grad-clip")(lambda k: [*train(k), "--grad-clip", "inf"]),
     case("train-lr-not-number", "invalid float")(lambda k: [*train(k), "--lr", "fast"]),
     case("train-batch-size-zero", "--batch-size")(lambda k: [*train(k), "--batch-size", "0"]),
     case("train-grad-accum-negative", "--grad-accum")(lambda k: [*train(k), "--grad-accum", "-1"]),

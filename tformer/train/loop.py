@@ -60,11 +60,28 @@ class TrainArgs:
     fsdp: bool = False  # shard weights/grads/optimizer over processes (FSDP2) instead of replicating (DDP)
 
     def validate(self) -> None:
-        for name in ("max_steps", "batch_size", "grad_accum", "eval_batches", "log_interval"):
+        for name in ("max_steps", "batch_size", "grad_accum", "eval_batches", "log_interval", "eval_interval",
+                     "ckpt_interval"):
             if getattr(self, name) < 1:
                 raise TformerError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        # Every real-valued flag must be a finite number first: NaN passes every comparison below.
+        for name in ("lr", "min_lr", "weight_decay", "beta2", "grad_clip", "label_smoothing", "time_budget"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise TformerError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+        for name in ("warmup", "sample_interval"):
+            if getattr(self, name) < 0:
+                raise TformerError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if self.lr <= 0:
             raise TformerError(f"--lr must be positive, got {self.lr}")
+        if self.min_lr is not None and not 0 <= self.min_lr <= self.lr:
+            raise TformerError(f"--min-lr must be between 0 and --lr ({self.lr}), got {self.min_lr}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise TformerError("--weight-decay and --grad-clip must be 0 or more (0 turns them off)")
+        if not 0 <= self.beta2 < 1:
+            raise TformerError(f"--beta2 must be in [0, 1), got {self.beta2}")
+        if not 0 <= self.label_smoothing < 1:
+            raise TformerError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.precision not in ("fp32", "bf16", "fp16"):
             raise TformerError(f"--precision must be fp32, bf16 or fp16, got {self.precision}")
         if self.time_budget is not None and self.time_budget <= 0:
