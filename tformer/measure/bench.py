@@ -241,7 +241,7 @@ def torch_device(name: str | None) -> str:
     if name == "cpu" or name in _devices("all"):
         return name
     if not torch.cuda.is_available():
-        raise TformerError(f"--device {name} asked for, but no CUDA GPU is available here; use --device cpu")
+        raise TformerError(f"--device {name} asked for, but no CUDA device is available here; use --device cpu")
     raise TformerError(f"device {name!r} is not available; available: {', '.join(_devices('all'))}")
 
 
