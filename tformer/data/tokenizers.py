@@ -280,8 +280,8 @@ class WordPieceTokenizer(HFTokenizer):
                 lowercase = bool(read_json(config, "tokenizer config", fix=_RESAVE).get("do_lower_case", True))
             hf = BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=lowercase)._tokenizer
         else:
-            raise TformerError(f"{directory} has neither tokenizer.json nor vocab.txt; "
-                               "point at a BERT checkpoint folder")
+            raise TformerError(f"{directory} holds no tokenizer (neither tokenizer.json nor vocab.txt); "
+                               "give --tokenizer char, bpe or gpt2, or a folder that has one")
         special_ids = {role: hf.token_to_id(tok) for role, tok in cls.ROLES.items()
                        if hf.token_to_id(tok) is not None}
         return cls(hf, special_ids)
