@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -38,22 +37,15 @@ import tformer
 from tformer.core.config import preset
 from tformer.cost.ledger import Workload
 from tformer.generate import generate
+from tformer.machine.path_choices import MIN_GAIN
 from tformer.measure.step import time_skeleton
-from tformer.model import build, runner_for
+from tformer.model import build, linear, runner_for
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
 
 
 # Machine ------------------------------------------------------------------------------------
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def measured_bandwidth() -> tuple[float, str]:
     """Bytes/s to main memory: the saved bench profile if there is one, else a copy measured now."""
     try:
@@ -102,8 +94,15 @@ def time_call(fn) -> float:
     return time.perf_counter() - t
 
 
-def ours_generate(model, ids, n, use_cache):
-    return lambda: generate(model, ids, max_new_tokens=n, stop_tokens=[], use_cache=use_cache)
+# tformer's own paths for nn.Linear: the default (chosen from this machine's timings) and each one forced.
+PATHS = ("auto", "plain", "split")
+
+
+def ours_generate(model, ids, n, use_cache, path="auto"):
+    def call():
+        with linear.use_paths(path):
+            generate(model, ids, max_new_tokens=n, stop_tokens=[], use_cache=use_cache)
+    return call
 
 
 def hf_generate(model, ids, n, use_cache):
@@ -119,8 +118,9 @@ def hf_generate(model, ids, n, use_cache):
 def decode_rates(ours, theirs, batch, prompt, new, use_cache, repeats):
     """Best-of-repeats decode tokens/s for ours and theirs, measured alternately."""
     ids = torch.randint(0, ours.config.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(1))
-    calls = {"ours": (ours_generate(ours, ids, 1, use_cache), ours_generate(ours, ids, new + 1, use_cache)),
-             "hf": (hf_generate(theirs, ids, 1, use_cache), hf_generate(theirs, ids, new + 1, use_cache))}
+    calls = {path: (ours_generate(ours, ids, 1, use_cache, path), ours_generate(ours, ids, new + 1, use_cache, path))
+             for path in PATHS}
+    calls["hf"] = (hf_generate(theirs, ids, 1, use_cache), hf_generate(theirs, ids, new + 1, use_cache))
     for short, long in calls.values():  # warm-up: first calls pay one-time set-up
         short()
         short()
@@ -207,6 +207,7 @@ def main(argv=None) -> int:
                    help="torch threads (default: torch's choice). On a shared machine use 1: with every core "
                         "threaded, one busy core stalls every op at its barrier and timings fall apart")
     p.add_argument("--json", default=None, metavar="FILE")
+    p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -217,8 +218,11 @@ def main(argv=None) -> int:
     import transformers
 
     bandwidth, bw_source = measured_bandwidth()
-    print(f"machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), transformers {transformers.__version__}, python {sys.version.split()[0]}")
+    machine = _results.machine()
+    print(f"{_results.header(machine)}, transformers {transformers.__version__}, python {sys.version.split()[0]}")
+    table = linear.path_table()  # this machine's timings (tuned now if none are saved): what "default" follows
+    print(f"nn.Linear path timings: {len(table.points)} points ({linear.mode()} mode); the split path is chosen "
+          f"at {sum(p.gain >= MIN_GAIN for p in table.points)} of them")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average before the run: {load:.2f} (other processes share these cores; compare ratios)")
     read_bw = read_bandwidth()
@@ -226,7 +230,7 @@ def main(argv=None) -> int:
           f"{read_bw / 1e9:.1f} GB/s (sum over 512 MiB). The bound below uses the first.")
     print(f"settings: fp32, random weights, greedy, prompt {args.prompt} tokens, {args.new} decode steps per call, "
           f"best of {args.repeats}; tokens/s = batch x steps / seconds (GB = 1e9 bytes)")
-    results = {"machine": cpu_name(), "bandwidth_bytes_per_s": bandwidth, "bandwidth_source": bw_source,
+    results = {"machine": machine, "bandwidth_bytes_per_s": bandwidth, "bandwidth_source": bw_source,
                "read_bandwidth_bytes_per_s": read_bw, "threads": torch.get_num_threads(),
                "decode": [], "context": [], "torch": torch.__version__, "transformers": transformers.__version__}
 
@@ -235,20 +239,29 @@ def main(argv=None) -> int:
         ours, theirs = make_pair(name)
         wbytes = weight_bytes(ours)
         print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, {wbytes / 1e6:.0f} MB of fp32 weights")
-        print(f"{'batch':>5} {'cache':>6} {'ours tok/s':>11} {'HF tok/s':>10} {'ours/HF':>8}")
+        print("tok/s; default = the nn.Linear path tformer chooses from this machine's timings; plain / split = "
+              "each forced; roofline = batch x read bandwidth / weight bytes (cached rows)")
+        print(f"{'batch':>5} {'cache':>6} {'default':>9} {'plain':>9} {'split':>9} {'HF':>9} {'roofline':>9} "
+              f"{'default/HF':>10} {'default/best own':>16}")
         budget = []
         for batch in batches:
             for use_cache in (True, False):
                 if not use_cache and args.no_uncached_hf:
                     continue
                 r = decode_rates(ours, theirs, batch, args.prompt, args.new, use_cache, args.repeats)
-                ratio = r["ours"] / r["hf"] if r["hf"] else float("nan")
-                print(f"{batch:>5} {'yes' if use_cache else 'no':>6} {r['ours']:>11.1f} {r['hf']:>10.1f} {ratio:>7.2f}x")
+                ratio = r["auto"] / r["hf"] if r["hf"] else float("nan")
+                own = r["auto"] / max(r[p] for p in PATHS)
+                roof = batch * read_bw / wbytes if use_cache else float("nan")
+                print(f"{batch:>5} {'yes' if use_cache else 'no':>6} {r['auto']:>9.1f} {r['plain']:>9.1f} "
+                      f"{r['split']:>9.1f} {r['hf']:>9.1f} {roof:>9.1f} {ratio:>9.2f}x {own:>15.2f}x")
                 results["decode"].append({"model": name, "batch": batch, "cache": use_cache,
-                                          "ours_tokens_per_s": r["ours"], "hf_tokens_per_s": r["hf"], "ratio": ratio})
-                if batch == 1 and use_cache and r["hf"] and r["ours"]:
+                                          "ours_tokens_per_s": r["auto"], "plain_tokens_per_s": r["plain"],
+                                          "split_tokens_per_s": r["split"], "hf_tokens_per_s": r["hf"],
+                                          "read_roofline_tokens_per_s": roof if use_cache else None,
+                                          "ratio": ratio, "default_over_best_own": own})
+                if batch == 1 and use_cache and r["hf"] and r["auto"]:
                     glue = glue_seconds(ours.config, args.prompt)
-                    budget = budget_lines(r["hf"], r["ours"], wbytes, read_bw, glue)
+                    budget = budget_lines(r["hf"], r["auto"], wbytes, read_bw, glue)
                     results["decode"][-1].update(glue_s=glue, weights_at_read_bw_s=wbytes / read_bw)
         del theirs
         for line in budget:
@@ -273,6 +286,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    if not args.no_save:
+        print(f"saved in {_results.save('decode_speed', results, machine)}")
     return 0
 
 

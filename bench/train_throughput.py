@@ -21,11 +21,16 @@ implementation of the same model on the same BLAS must keep.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
 
 
 def hf_model(config):
@@ -90,6 +95,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bf16", action="store_true", help="also time bf16 autocast (fast on CPUs with native bf16)")
+    parser.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
     parser.add_argument("--compile", action="store_true",
                         help="also time both models under torch.compile (what `tformer train --compile` does)")
     args = parser.parse_args(argv)
@@ -98,6 +104,8 @@ def main(argv=None) -> None:
     from tformer.core.config import preset
     from tformer.model import build
 
+    machine = _results.machine()
+    print(_results.header(machine))
     config = preset("char-small")
     torch.manual_seed(0)
     ours, theirs = build(config).train(), hf_model(config).train()
@@ -171,6 +179,11 @@ def main(argv=None) -> None:
         print(f"  MFU vs measured fp32 matmul peak ({peak / 1e9:.0f} GFLOP/s): {flops / t / peak:.1%}")
     except Exception as exc:  # the ledger or a saved bench profile is missing
         print(f"  memory floor and MFU: not available ({type(exc).__name__}: {exc})")
+    if not args.no_save:
+        record = {"model": "char-small", "batch": args.batch, "seq": args.seq, "threads": torch.get_num_threads(),
+                  "step_s": {f"{who} {p}": statistics.median(ts) for (who, p), ts in times.items()},
+                  "tokens_per_s": {f"{who} {p}": tokens / statistics.median(ts) for (who, p), ts in times.items()}}
+        print(f"  saved in {_results.save('train_throughput', record, machine)}")
 
 
 if __name__ == "__main__":

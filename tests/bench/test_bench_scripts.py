@@ -38,21 +38,28 @@ def test_decode_speed_runs_and_reports_ratio_and_budget(capsys, tmp_path):
     decode = load("decode_speed")
     out_json = tmp_path / "decode.json"
     assert decode.main(["--models", "char-small", "--batches", "1", "--prompt", "4", "--new", "2",
-                        "--contexts", "16", "--repeats", "1", "--no-uncached-hf", "--json", str(out_json)]) == 0
+                        "--contexts", "16", "--repeats", "1", "--no-uncached-hf", "--json", str(out_json),
+                        "--no-save"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^\s+1\s+yes\s+[\d.]+\s+[\d.]+\s+[\d.]+x$", out, re.M)
+    assert re.search(r"^machine: .+ cores / .+ CPUs, ISA .+, BLAS \S+", out, re.M)
+    # default, plain, split, HF, roofline tokens/s, then default/HF and default over tformer's best own path
+    assert re.search(r"^\s+1\s+yes(\s+[\d.]+){5}\s+[\d.]+x\s+[\d.]+x$", out, re.M)
     assert "best ratio with the products at the stream rate" in out
     import json
 
     record = json.loads(out_json.read_text())["decode"][0]
     assert record["glue_s"] > 0 and record["weights_at_read_bw_s"] > 0 and record["ratio"] > 0
+    assert record["plain_tokens_per_s"] > 0 and record["split_tokens_per_s"] > 0
+    assert record["default_over_best_own"] == pytest.approx(
+        record["ours_tokens_per_s"] / max(record[f"{p}_tokens_per_s"] for p in ("ours", "plain", "split")))
 
 
 def test_train_throughput_runs_and_reports_ratio_and_ceiling(capsys):
     pytest.importorskip("transformers")
     train = load("train_throughput")
-    train.main(["--batch", "2", "--seq", "16", "--steps", "1", "--rounds", "1"])
+    train.main(["--batch", "2", "--seq", "16", "--steps", "1", "--rounds", "1", "--no-save"])
     out = capsys.readouterr().out
+    assert re.search(r"^machine: .+ BLAS \S+", out, re.M)
     assert re.search(r"ratio tformer / transformers tokens/s, both fp32: [\d.]+x", out)
     rows = re.findall(r"^\s+(tformer|transformers)\s+(\d+) ms\s+(\d+) ms\s+(-?\d+) ms\s+(\d+) ms\s+([\d.]+)x$", out, re.M)
     assert [r[0] for r in rows] == ["tformer", "transformers"]

@@ -144,7 +144,11 @@ def test_cli_bench_quick_saves_profile_and_is_fast(cache):
     assert out.returncode == 0, out.stderr
     assert "measured vs theoretical" in out.stdout and "saved as this machine's profile" in out.stdout
     assert float(out.stdout.split("took ")[1].split(" s")[0]) > 0  # its time is printed (a figure, not a test)
-    assert os.listdir(os.path.join(cache, "tformer", "profiles"))
+    saved = os.listdir(os.path.join(cache, "tformer", "profiles"))
+    if torch.get_num_threads() > 1:  # the child runs with the same default: two paths to time
+        assert "nn.Linear paths at decode's shapes" in out.stdout
+        assert any(name.endswith(".paths.json") for name in saved)  # the split/plain timings, beside the profile
+    assert any(name.endswith(".json") and not name.endswith(".paths.json") for name in saved)
 
 
 @pytest.mark.parametrize("args", [["--sizes", "0"], ["--dtypes", "fp99"], ["--device", "tpu"], ["--reps", "0"],

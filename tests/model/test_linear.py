@@ -1,10 +1,15 @@
 """The decode-speed Linear: same numbers as F.linear, and it stays out of the way of autograd."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from tformer.model import linear
+from tformer.core.config import ModelConfig
+from tformer.core.errors import TformerError
+from tformer.machine.path_choices import PathPoint, PathTable, load_paths, paths_path
+from tformer.model import build, linear, linear_tuning
 from tformer.model.linear import Linear, split_rows_linear
 
 
@@ -34,36 +39,114 @@ def _spy(monkeypatch):
     calls = []
     real = linear.split_rows_linear
     monkeypatch.setattr(linear, "split_rows_linear", lambda *a: calls.append(a[3]) or real(*a))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     return calls
 
 
-def test_layer_takes_split_path_for_few_rows_without_grad(monkeypatch):
+def _table(gain: float, rows: int = 4, n: int = 1024, k: int = 256, threads: int = 2) -> PathTable:
+    """Timings of one shape on a pretend machine where the split path is ``gain`` times faster."""
+    return PathTable([PathPoint("linear", "split", rows, n, k, threads, "fp32", 1e-3 * gain, 1e-3, "test")])
+
+
+def test_a_profile_that_prefers_split_yields_split(monkeypatch):
     calls = _spy(monkeypatch)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     layer = Linear(256, 1024)
     x = torch.randn(1, 4, 256)
-    with torch.no_grad():
+    with torch.no_grad(), linear.use_paths(_table(gain=1.5)):
         got = layer(x)
     assert calls == [2]
     torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
-def test_layer_keeps_plain_path_for_training_many_rows_or_when_disabled(monkeypatch):
+@pytest.mark.parametrize("table", [_table(gain=0.8), _table(gain=1.05), PathTable(), _table(1.5, threads=4)],
+                         ids=["prefers-plain", "within-noise", "empty", "other-thread-count"])
+def test_a_profile_that_prefers_plain_or_knows_nothing_yields_plain(monkeypatch, table):
     calls = _spy(monkeypatch)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    layer = Linear(256, 1024)
-    y = layer(torch.randn(1, 4, 256))  # autograd on: the backward must be PyTorch's own
-    y.sum().backward()
-    assert layer.weight.grad is not None
-    with torch.no_grad():
-        layer(torch.randn(1, linear.MAX_ROWS + 1, 256))  # prefill-sized: the BLAS GEMM wins
-        Linear(256, 1024).double()(torch.randn(1, 4, 256).double())  # not fp32
-        Linear(1024, 200)(torch.randn(1, 4, 1024))  # too few output rows to cut
-        Linear(256, 256)(torch.randn(1, 4, 256))  # small enough to sit in cache
-        Linear(2048, 512)(torch.randn(1, 4, 2048))  # long rows: the BLAS streams them already
-        monkeypatch.setattr(linear, "enabled", False)
-        layer(torch.randn(1, 4, 256))
+    with torch.no_grad(), linear.use_paths(table):
+        Linear(256, 1024)(torch.randn(1, 4, 256))
     assert calls == []
+
+
+def test_the_split_is_never_taken_where_it_is_not_a_candidate(monkeypatch):
+    calls = _spy(monkeypatch)
+    layer = Linear(256, 1024)
+    with linear.use_paths("split"):  # every candidate would split: what is left out here is not one
+        y = layer(torch.randn(1, 4, 256))  # autograd on: the backward must be PyTorch's own
+        y.sum().backward()
+        assert layer.weight.grad is not None
+        with torch.no_grad():
+            Linear(256, 1024).double()(torch.randn(1, 4, 256).double())  # not fp32
+            Linear(256, 1)(torch.randn(1, 4, 256))  # fewer output rows than slices
+            monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+            layer(torch.randn(1, 4, 256))  # one thread: nothing to split over
+    assert calls == []
+
+
+def test_every_path_gives_the_same_model_outputs_to_float_rounding():
+    model = build(ModelConfig(n_layers=2, d_model=96, n_heads=3, d_ff=200, vocab_size=301, max_positions=32)).eval()
+    ids = torch.randint(0, 301, (2, 5))
+    outs = {}
+    for how in ("plain", "split"):
+        with torch.no_grad(), linear.use_paths(how):
+            outs[how] = model(ids).logits
+    torch.testing.assert_close(outs["split"], outs["plain"], rtol=1e-5, atol=1e-5)
+
+
+def test_far_from_every_measured_shape_is_plain(monkeypatch):
+    calls = _spy(monkeypatch)
+    with torch.no_grad(), linear.use_paths(_table(gain=2.0, rows=4, n=1024, k=256)):
+        Linear(256, 1024)(torch.randn(1, 64, 256))  # 16x the measured rows (a prefill)
+        Linear(4096, 64)(torch.randn(1, 4, 4096))  # 16x the measured input width
+        Linear(32, 32)(torch.randn(1, 4, 32))  # 256x smaller weight: it sits in cache
+        Linear(256, 16384)(torch.randn(1, 4, 256))  # a larger weight streams alike: split
+    assert calls == [2]
+
+
+def test_env_var_forces_a_path_and_refuses_an_unknown_one(monkeypatch):
+    calls = _spy(monkeypatch)
+    layer = Linear(256, 1024)
+    monkeypatch.setenv("TFORMER_LINEAR_PATH", "plain")
+    with torch.no_grad():
+        layer(torch.randn(1, 4, 256))
+    monkeypatch.setenv("TFORMER_LINEAR_PATH", "split")
+    with torch.no_grad():
+        layer(torch.randn(1, 4, 256))
+    assert calls == [2]
+    monkeypatch.setenv("TFORMER_LINEAR_PATH", "fastest")
+    with pytest.raises(TformerError, match="TFORMER_LINEAR_PATH"), torch.no_grad():
+        layer(torch.randn(1, 4, 256))
+
+
+def test_first_use_tunes_once_saves_beside_the_profile_and_the_next_process_reads_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(linear, "_state", {"table": None, "override": None})
+    monkeypatch.setattr(linear, "_choices", {})
+    tuned = []
+
+    def fake_first_use(threads):  # the timings a machine where the split pays would give
+        tuned.append(threads)
+        return list(_table(gain=1.6, threads=threads).points)
+
+    monkeypatch.setattr(linear.linear_tuning, "first_use", fake_first_use)
+    calls = _spy(monkeypatch)
+    with torch.no_grad():
+        Linear(256, 1024)(torch.randn(1, 4, 256))
+        Linear(256, 1024)(torch.randn(1, 4, 256))
+    assert tuned == [2] and calls == [2, 2]
+    saved = load_paths()
+    assert saved.covers("linear", 2, "fp32") and Path(paths_path()).parent == tmp_path / "tformer" / "profiles"
+    monkeypatch.setattr(linear, "_state", {"table": None, "override": None})  # a new process
+    monkeypatch.setattr(linear, "_choices", {})
+    with torch.no_grad():
+        Linear(256, 1024)(torch.randn(1, 4, 256))
+    assert tuned == [2] and calls == [2, 2, 2]  # read from the file, not tuned again
+
+
+def test_the_micro_benchmark_measures_both_paths_at_real_shapes():
+    """Structure only (no speed is asserted): a point per shape, both paths timed, within the sweep."""
+    points = linear_tuning.measure([(1, 64, 32), (3, 96, 48)], threads=2, budget_s=None)
+    assert [(p.rows, p.n, p.k, p.threads) for p in points] == [(1, 64, 32, 2), (3, 96, 48, 2)]
+    assert all(p.plain_s > 0 and p.path_s > 0 and p.path == "split" for p in points)
 
 
 def test_state_dict_keys_are_nn_linear_s():

@@ -2,10 +2,12 @@
 
 import json
 import sys
+from dataclasses import asdict
 
 from tformer.cli._cost_common import console as make_console
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.machine.path_choices import MIN_GAIN, PLAIN, PathTable, load_paths, save_paths
 from tformer.machine.profile_store import save_profile
 
 NAME = "bench"
@@ -47,16 +49,60 @@ def run(args) -> int:
                        stream=not args.no_stream, progress=progress, threads=args.threads)
     path = None
     # A custom sweep is not this machine's representative profile: keep it out of the cache.
-    if not args.no_save and sizes is None and args.dtypes is None and not args.no_stream and args.threads is None:
+    representative = not args.no_save and sizes is None and args.dtypes is None and not args.no_stream \
+        and args.threads is None
+    if representative:
         path = save_profile(result)
+    paths = _linear_paths(args.quick, save=representative) if "cpu" in [d.device for d in result.devices] else []
     if args.json:
         data = result.to_dict()
         data["profile_path"] = path
         data["summary"] = _summary(result)
+        data["linear_paths"] = [asdict(p) for p in paths]
         print(json.dumps(data, indent=1))
         return 0
     _print(result, path)
+    _print_paths(paths)
     return 0
+
+
+def _linear_paths(quick: bool, save: bool) -> list:
+    """nn.Linear's plain and split paths timed at decode's shapes on this CPU, saved beside the profile
+    for tformer.model.linear's choice (which otherwise times a smaller sweep at first use)."""
+    # deferred: torch and the model layer, only when a bench runs
+    import torch
+
+    from tformer.model import linear_tuning
+
+    threads = torch.get_num_threads()
+    if threads < 2:
+        return []  # one thread: there is nothing to split over, the plain path is the only one
+    points = linear_tuning.measure(linear_tuning.FIRST_USE if quick else linear_tuning.BENCH, threads)
+    if save:
+        save_paths(_load_paths_or_empty().merged(points))
+    return points
+
+
+def _load_paths_or_empty() -> PathTable:
+    try:
+        return load_paths()
+    except TformerError:  # a damaged timings file is a cache: this run replaces it
+        return PathTable()
+
+
+def _print_paths(points) -> None:
+    if not points:
+        return
+    from rich.table import Table  # deferred: --json output never loads rich
+
+    t = Table(title=f"cpu: nn.Linear paths at decode's shapes ({points[0].threads} threads, weights streamed "
+                    f"from memory; median per call); the split path is taken where it is {MIN_GAIN:.2f}x faster")
+    for col in ("rows x k @ n x k", "weight", "plain F.linear", "split rows", "plain / split", "chosen"):
+        t.add_column(col, justify="left" if col.startswith("rows") else "right")
+    for p in points:
+        t.add_row(f"{p.rows} x {p.k} @ {p.n} x {p.k}", fmt.nbytes(4 * p.n * p.k), f"{p.plain_s * 1e3:.3f} ms",
+                  f"{p.path_s * 1e3:.3f} ms", f"{p.gain:.2f}x", p.path if p.gain >= MIN_GAIN else PLAIN)
+    make_console().print(t)
 
 
 def _summary(result) -> dict:

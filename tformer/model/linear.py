@@ -1,84 +1,122 @@
-"""nn.Linear, with a faster CPU path for the few-row products of decoding.
+"""nn.Linear, with a second CPU path for the few-row products of decoding, taken only where this
+machine measured it faster.
 
-Decoding one token multiplies a handful of rows by every weight matrix: a matrix-vector product
-(GEMV) whose time is the time to stream the weight from memory. On CPU, PyTorch hands it to the
-BLAS, which on the 2-core EPYC this project is developed on runs it on one thread and reads the
-weight at about half the memory bandwidth both cores reach together (about 9 vs 18 GB/s).
+``F.linear`` is the teaching path, the reference and the default. The alternative is
+``split_rows_linear`` (tformer.model.split_linear): the same sums with the weight's output rows cut
+into one slice per thread. Whether it pays depends on the CPU and its BLAS, so no threshold is
+written here. The choice for a product of ``rows`` x ``k`` with an ``n`` x ``k`` weight is read off
+timings taken on this machine (tformer.machine.path_choices): the ones `tformer bench` saved, or,
+where none cover the current thread count, a micro-benchmark of about 100 ms run once, at the first
+few-row product, and saved beside the machine's profile (tformer.model.linear_tuning). Nothing
+measured near the shape means the plain path.
 
-The fast path cuts the weight's output rows into one slice per thread and runs the slices as
-one batched product (``bmm`` parallelises over the batch), so every core streams its own share.
-It is a view, never a copy: ``W (out, in)`` read as ``(parts, out/parts, in)``. Measured here on
-GPT-2's 12 layers of weights (340 MB, fp32): 1 row 37 -> 24 ms, 4 rows 84 -> 32 ms, 32 rows
-103 -> 76 ms. For many rows (prefill, training) the BLAS's own GEMM is faster, and under
-autograd the plain path keeps the backward as PyTorch writes it; both stay on ``F.linear``.
+The split path is only ever a candidate without autograd (training keeps PyTorch's own backward),
+on CPU, in fp32, with more than one thread and a contiguous weight of at least one row per slice.
 
-``F.linear`` is the teaching path and the reference; ``split_rows_linear`` computes the same
-sums in another order, so results agree to float rounding (~1e-6 relative), not bit for bit.
+``TFORMER_LINEAR_PATH`` overrides the choice for a process: ``plain`` (always F.linear), ``split``
+(every candidate splits, to time that path), ``auto`` (the default: measured). ``use_paths(table)``
+does the same in code, with a table of timings (tests, benches).
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# At most this many rows (tokens x batch) take the split path. Measured: the split beats the
-# BLAS from 1 row to 512 on the machine above, by 1.5-2.7x up to 32 rows and 1.2x beyond; 32
-# keeps the path to decoding, where the difference is large.
-MAX_ROWS = 32
-# The weight's output dimension must give every slice at least this many rows to be worth it.
-MIN_ROWS_PER_PART = 128
-# Where the split does not pay (measured one row at a time, weights streamed from memory): a weight
-# under 512 KiB (256 x 256: 0.91x, the bmm's fixed cost exceeds the read) and rows of 2048 inputs
-# or more, which the BLAS GEMV already streams at full speed (768 x 3072: 0.98x; 1024 x 256: 1.94x,
-# 3072 x 768: 1.60x, 768 x 768: 1.28x).
-MIN_WEIGHT_ELEMENTS = 128 * 1024
-MAX_IN_FEATURES = 2047
-enabled = True  # False: every call takes the plain F.linear path (to compare the two)
+from tformer.core.errors import TformerError
+from tformer.machine.path_choices import PLAIN, PathTable, load_paths, save_paths
+from tformer.model import linear_tuning
+from tformer.model.split_linear import split_rows_linear
+
+MODES = ("auto", "plain", "split")
+_state = {"table": None, "override": None}  # the loaded/tuned PathTable; a table or mode set in code
+_choices: dict[tuple, str] = {}  # (rows, n, k, threads) -> path, per table: cleared when the table changes
 
 
-def split_parts(device: torch.device, dtype: torch.dtype) -> int:
-    """Slices to cut a weight into: one per intra-op thread on CPU fp32; 1 (no split) elsewhere."""
-    if not enabled or device.type != "cpu" or dtype != torch.float32:
-        return 1
-    return torch.get_num_threads()
+def mode() -> str:
+    """The process's mode: a use_paths() override, else TFORMER_LINEAR_PATH, else auto."""
+    override = _state["override"]
+    if isinstance(override, str):
+        return override
+    if override is not None:
+        return "auto"
+    value = os.environ.get("TFORMER_LINEAR_PATH", "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise TformerError(f"TFORMER_LINEAR_PATH={value!r} is not a mode; use auto, plain or split")
+    return value
 
 
-def split_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
-    """x (..., in) @ weight(out, in).T + bias, the output rows cut into ``parts`` slices run as one bmm."""
-    out_features, in_features = weight.shape
-    lead = x.shape[:-1]
-    rows = x.reshape(-1, in_features).t()  # (in, M): every slice multiplies the same columns
-    m = rows.shape[1]
-    main = out_features - out_features % parts  # rows an even split covers; the rest go through F.linear
-    w = weight[:main].view(parts, main // parts, in_features)
-    cols = rows.expand(parts, in_features, m)
-    if bias is None:
-        y = torch.bmm(w, cols)
-    else:
-        y = torch.baddbmm(bias[:main].view(parts, main // parts, 1), w, cols)
-    y = y.view(main, m).t()  # (M, main)
-    if main < out_features:
-        rest = F.linear(x.reshape(m, in_features), weight[main:], None if bias is None else bias[main:])
-        y = torch.cat([y, rest], dim=1)
-    return y.contiguous().view(*lead, out_features)
+def path_table(threads: int | None = None) -> PathTable:
+    """The timings the choice reads: a use_paths() table, else the saved ones, tuned first where they do
+    not cover ``threads`` (the first-use micro-benchmark, saved for the next process)."""
+    override = _state["override"]
+    if isinstance(override, PathTable):
+        return override
+    threads = threads or torch.get_num_threads()
+    table = _state["table"]
+    if table is None:
+        try:
+            table = load_paths()
+        except TformerError as exc:  # a cache, not an input: a damaged one is measured again and replaced
+            print(f"note: {exc}", file=sys.stderr)
+            table = PathTable()
+    if threads > 1 and not table.covers("linear", threads, "fp32"):
+        table = table.merged(linear_tuning.first_use(threads))
+        try:
+            save_paths(table)
+        except TformerError as exc:  # a read-only cache costs a re-tune next time, not this run
+            print(f"note: linear path timings not saved ({exc})", file=sys.stderr)
+    _state["table"] = table
+    return table
+
+
+@contextlib.contextmanager
+def use_paths(table: PathTable | str):
+    """Within the block, choose from ``table`` (a PathTable) or by a mode ("plain", "split", "auto")."""
+    if isinstance(table, str) and table not in MODES:
+        raise TformerError(f"linear path mode {table!r} is unknown; use auto, plain or split")
+    previous = _state["override"]
+    _state["override"] = table
+    _choices.clear()
+    try:
+        yield
+    finally:
+        _state["override"] = previous
+        _choices.clear()
+
+
+def choose(rows: int, n: int, k: int, threads: int) -> str:
+    """'plain' or 'split' for a candidate product (see the module docstring for what is a candidate)."""
+    how = mode()
+    if how != "auto":
+        return how
+    key = (rows, n, k, threads)
+    found = _choices.get(key)
+    if found is None:
+        found = _choices[key] = path_table(threads).choose("linear", rows, n, k, threads, "fp32")
+    return found
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, through the split path when it pays: the call every Linear makes (and bench times)."""
-    out_features, in_features = weight.shape
-    if x.numel() <= MAX_ROWS * in_features and not (torch.is_grad_enabled() and
-                                                    (x.requires_grad or weight.requires_grad)):
-        parts = split_parts(x.device, x.dtype)
-        if parts > 1 and out_features >= parts * MIN_ROWS_PER_PART and in_features <= MAX_IN_FEATURES \
-                and out_features * in_features >= MIN_WEIGHT_ELEMENTS and weight.dtype == x.dtype \
-                and weight.is_contiguous():
-            return split_rows_linear(x, weight, bias, parts)
-    return F.linear(x, weight, bias)
+    """F.linear, through the split path where this machine measured it faster: the call every Linear makes."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 \
+            or not weight.is_contiguous() or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        return F.linear(x, weight, bias)
+    n, k = weight.shape
+    rows = x.numel() // k if k else 0
+    threads = torch.get_num_threads()
+    if threads < 2 or rows < 1 or n < threads or choose(rows, n, k, threads) == PLAIN:
+        return F.linear(x, weight, bias)
+    return split_rows_linear(x, weight, bias, threads)
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters, same state-dict keys) that takes the split path when it pays."""
+    """nn.Linear (same parameters, same state-dict keys) that takes the split path where it pays here."""
 
     @classmethod
     def described(cls, spec) -> "Linear":
@@ -87,3 +125,6 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias)
+
+
+__all__ = ["MODES", "Linear", "choose", "linear", "mode", "path_table", "split_rows_linear", "use_paths"]

@@ -1,0 +1,52 @@
+"""What every bench prints first and saves last: the machine it ran on, and its figures filed per CPU
+model under bench/results/ (one JSON per CPU, each bench its own section, with the date), so the
+README can show every CPU that has been measured instead of one."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from tformer.core.atomic import atomic_write_text
+from tformer.core.files import read_json
+from tformer.machine import cpu_info
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "neon", "asimd", "sve", "bf16")
+
+
+def _blas() -> str:
+    found = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return found.group(1) if found else "unknown"
+
+
+def machine() -> dict:
+    """CPU model, cores, ISA flags, BLAS, threads and versions: what a figure depends on."""
+    cpu = cpu_info()
+    flags = {name for name, present in (cpu.flags or {}).items() if present}
+    return {"cpu": cpu.model, "physical_cores": cpu.physical_cores, "logical_cpus": cpu.logical_cpus,
+            "isa": [f for f in ISA_FLAGS if f in flags], "blas": _blas(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__}
+
+
+def header(m: dict) -> str:
+    return (f"machine: {m['cpu']}, {m['physical_cores']} cores / {m['logical_cpus']} CPUs, ISA "
+            f"{' '.join(m['isa']) or 'baseline'}, BLAS {m['blas']} ({m['cpu_capability']}), torch {m['torch']}, "
+            f"{m['threads']} threads")
+
+
+def save(section: str, data: dict, m: dict) -> Path:
+    """File ``data`` as ``section`` of this CPU's results (bench/results/<cpu>.json), dated; other
+    sections (other benches) and other CPUs' files are kept."""
+    slug = re.sub(r"[^a-z0-9]+", "-", m["cpu"].lower()).strip("-")[:60] or "cpu"
+    path = RESULTS / f"{slug}-{m['physical_cores'] or m['logical_cpus']}c.json"
+    doc = read_json(path, "bench results", fix="delete it and rerun the bench") if path.is_file() else {}
+    doc["machine"] = m
+    doc[section] = {"date": datetime.date.today().isoformat(), **data}
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    return path
