@@ -100,7 +100,7 @@ def _print_paths(points) -> None:
     for col in ("rows x k @ n x k", "weight", "plain F.linear", "split rows", "plain / split", "chosen"):
         t.add_column(col, justify="left" if col.startswith("rows") else "right")
     for p in points:
-        t.add_row(f"{p.rows} x {p.k} @ {p.n} x {p.k}", fmt.nbytes(4 * p.n * p.k), f"{p.plain_s * 1e3:.3f} ms",
+        t.add_row(f"{p.rows} x {p.k} @ {p.n} x {p.k}", fmt.in_unit(4 * p.n * p.k, 'MiB', 0), f"{p.plain_s * 1e3:.3f} ms",
                   f"{p.path_s * 1e3:.3f} ms", f"{p.gain:.2f}x", p.path if p.gain >= MIN_GAIN else PLAIN)
     make_console().print(t)
 

@@ -89,6 +89,21 @@ def gemv_bandwidth_for(op, device, dtype: str) -> float | None:
     return device.gemv_rate(dtype, *dims) if dims is not None else None
 
 
+# The measured element-wise kernel each op kind runs (residual and position adds, the activation, the
+# norms, attention's softmax), forward and backward alike: their rates, not STREAM's, are what the
+# model meets (fp32 measurements; other dtypes stay on STREAM).
+ELEMENTWISE_KERNEL = {"residual": "add", "position": "add", "activation": "gelu", "norm": "layer_norm",
+                      "softmax": "softmax"}
+
+
+def elementwise_bandwidth_for(op, device, dtype: str) -> float | None:
+    """The measured bytes/s of the element-wise kernel ``op`` runs, at its output size, or None."""
+    kernel = ELEMENTWISE_KERNEL.get(op.kind)
+    if kernel is None or op.matmul_flops or dtype != "fp32" or not getattr(device, "elementwise_bandwidth", None):
+        return None
+    return device.elementwise_rate(kernel, max(1, op.bytes_written // 4))
+
+
 def stream_bandwidth_for(op, device) -> tuple[float | None, str]:
     """The measured bandwidth (and kernel name) whose read/write mix is closest to the op's."""
     measured = getattr(device, "stream_bandwidth", None) or {}
@@ -116,7 +131,8 @@ def measured_op_time(op, device, dtype: str, peak: float, efficiency: float = 1.
         rate = rate or peak
         t_mm = op.matmul_flops / rate
     t_compute = (t_mm + op.other_flops / peak) / efficiency
-    bw = gemv_bandwidth_for(op, device, dtype) or stream_bandwidth_for(op, device)[0]
+    bw = gemv_bandwidth_for(op, device, dtype) or elementwise_bandwidth_for(op, device, dtype) \
+        or stream_bandwidth_for(op, device)[0]
     t_memory = op.bytes / (bw * efficiency) if bw else 0.0
     overhead = device.call_overhead_s or 0.0
     roof = max(t_compute, t_memory)
@@ -216,7 +232,9 @@ def roofline(ledger, device, efficiency: float = 1.0, model: str = "auto") -> Ro
 
 
 MEASURED_MODEL = ("measured roofline: max(matmul FLOPs / FLOP/s of the measured curve at the op's size "
-                  "+ other FLOPs / peak, bytes / measured STREAM bandwidth of the matching read/write mix)")
+                  "+ other FLOPs / peak, bytes / measured bandwidth: of the element-wise kernel the op runs "
+                  "(add, gelu, layer_norm, softmax) at its size where measured, else STREAM's of the matching "
+                  "read/write mix)")
 
 
 def _gemv_note(device, dtype: str) -> str:

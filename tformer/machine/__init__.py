@@ -16,6 +16,7 @@ from tformer.machine.bench_records import (
                                            BenchResult,
                                            Comparison,
                                            DeviceBench,
+                                           ElementwisePoint,
                                            GemvPoint,
                                            MatmulPoint,
                                            StreamPoint,
@@ -59,7 +60,8 @@ from tformer.machine.specs import (
 )
 
 __all__ = ["DTYPES", "DTYPE_BITS", "GiB", "MATMUL_DTYPES", "NO_NATIVE", "SPEC_TABLE", "STREAM_ARRAYS", "STREAM_KERNELS",
-           "BenchResult", "CPUInfo", "Cache", "Comparison", "Device", "DeviceBench", "GPUInfo", "GemvPoint",
+           "BenchResult", "CPUInfo", "Cache", "Comparison", "Device", "DeviceBench", "ElementwisePoint",
+           "GPUInfo", "GemvPoint",
            "MachineSpecs", "MatmulPoint", "MemoryInfo", "Peak", "StreamPoint", "above_peak_note", "add_nvml",
            "available_memory_bytes",
            "cache_dir", "cpu_flops_per_cycle", "cpu_info", "cpu_peak_flops", "cpu_peaks", "cpu_units", "detect",

@@ -64,6 +64,17 @@ class GemvPoint(Timing):
 
 
 @dataclass
+class ElementwisePoint(Timing):
+    device: str
+    kernel: str  # "add", "gelu", "layer_norm", "softmax": what the model's element-wise ops run
+    elements: int  # of the output
+    width: int  # the last dimension (a norm or softmax reduces over it)
+    bytes: int  # per call: every input and output array once (the ledger's convention)
+    bytes_per_s: float  # bytes / median time
+    bytes_per_s_best: float
+
+
+@dataclass
 class Comparison:
     quantity: str  # "fp32 matmul", "triad bandwidth", ...
     unit: str
@@ -90,6 +101,7 @@ class DeviceBench:
     matmul: list[MatmulPoint] = field(default_factory=list)
     stream: list[StreamPoint] = field(default_factory=list)
     gemv: list[GemvPoint] = field(default_factory=list)  # absent from profiles saved before it existed
+    elementwise: list[ElementwisePoint] = field(default_factory=list)  # likewise
     skipped: list[str] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
 
@@ -126,6 +138,7 @@ class BenchResult:
                 matmul=[MatmulPoint(**p) for p in d.get("matmul", [])],
                 stream=[StreamPoint(**p) for p in d.get("stream", [])],
                 gemv=[GemvPoint(**p) for p in d.get("gemv", [])],
+                elementwise=[ElementwisePoint(**p) for p in d.get("elementwise", [])],
                 skipped=list(d.get("skipped", [])),
                 comparisons=[Comparison(**c) for c in d.get("comparisons", [])]))
         return cls(machine_key=data["machine_key"], created=data["created"], quick=bool(data["quick"]),
@@ -167,12 +180,17 @@ class BenchResult:
         for p in d.gemv:
             gemv_bw.setdefault(p.dtype, []).append([p.rows, p.k, p.bytes_per_s])
         gemv_bw = {k: sorted(v) for k, v in gemv_bw.items()}
+        # Element-wise kernels' bytes/s by output size, per kernel: far below STREAM where the
+        # arithmetic (erf, exp) or the reduction, not the bytes, sets the pace.
+        elementwise_bw: dict[str, list] = {}
+        for p in d.elementwise:
+            elementwise_bw.setdefault(p.kernel, []).append([p.elements, p.bytes_per_s])
         mode = "quick" if self.quick else "full"
         return Device.from_roofs(
             f"measured {d.name} ({d.device})", "measured", peaks,
             bandwidth=bw_point.bytes_per_s if bw_point else None, memory_bytes=d.memory_bytes,
             matmul_curve={k: sorted(v) for k, v in curve.items()}, stream_bandwidth=stream_bw,
-            gemv_bandwidth=gemv_bw,
+            gemv_bandwidth=gemv_bw, elementwise_bandwidth={k: sorted(v) for k, v in elementwise_bw.items()},
             source=(f"measured by `tformer bench` ({mode}) on {self.created}: peak = best median matmul "
                     f"FLOP/s over the size sweep per dtype; bandwidth = STREAM {bw_kernel} median "
                     f"({STREAM_ARRAYS[bw_kernel]} arrays counted)" if bw_point else
@@ -182,4 +200,4 @@ class BenchResult:
 
 
 __all__ = ["MATMUL_DTYPES", "STREAM_ARRAYS", "STREAM_KERNELS", "BenchResult", "Comparison", "DeviceBench",
-           "GemvPoint", "MatmulPoint", "StreamPoint"]
+           "ElementwisePoint", "GemvPoint", "MatmulPoint", "StreamPoint"]

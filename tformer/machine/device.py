@@ -72,6 +72,10 @@ class Device:
     # (k = 8192), and 2-16 rows run the GEMM kernel at ~7-12 GB/s. Decode is a chain of these. Empty
     # for table/formula devices and for profiles saved before it was measured: STREAM is used then.
     gemv_bandwidth: dict[str, list[list[float]]] = field(default_factory=dict)
+    # kernel ("add", "gelu", "layer_norm", "softmax") -> [[output elements, bytes/s], ...]: the rate
+    # the model's element-wise ops really run at (fp32, every input and output counted once). Empty
+    # where not measured: STREAM is used then.
+    elementwise_bandwidth: dict[str, list[list[float]]] = field(default_factory=dict)
 
     @classmethod
     def from_roofs(cls, name: str, kind: str, peak_flops: dict, *, source: str, bandwidth: float | None = None,
@@ -114,6 +118,13 @@ class Device:
                 return None
             cls = covering[0]
         return _interp_log([[kk, bw] for r, kk, bw in points if int(r) == cls], float(k))
+
+    def elementwise_rate(self, kernel: str, elements: int) -> float | None:
+        """Measured bytes/s of an element-wise ``kernel`` with ``elements`` outputs (log-interpolated in
+        the size, flat beyond the measured ones); None when that kernel was not measured."""
+        if elements < 1:
+            return None
+        return _interp_log(self.elementwise_bandwidth.get(kernel), float(elements))
 
     def ridge_point(self, dtype: str) -> float | None:
         """FLOPs per byte at which compute and bandwidth roofs meet."""

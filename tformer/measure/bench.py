@@ -37,6 +37,7 @@ from tformer.machine.bench_records import (
     BenchResult,
     Comparison,
     DeviceBench,
+    ElementwisePoint,
     GemvPoint,
     MatmulPoint,
     StreamPoint,
@@ -206,6 +207,38 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
     return GemvPoint(device=device, dtype=dtype, rows=rows, n=n, k=k, weight_bytes=nbytes, reps=reps,
                      calls_per_rep=calls * len(ws), bytes_per_s=nbytes / s["median_s"],
                      bytes_per_s_best=nbytes / s["min_s"], **s)
+
+
+# The element-wise kernels a Transformer layer runs, as (inputs + outputs) arrays of the output's
+# size, each timed at a few output sizes (rows x width): in the cache and beyond it, since a model's
+# activations are both. Rates differ from STREAM where arithmetic (erf, exp) or a reduction over the
+# row sets the pace.
+ELEMENTWISE_ARRAYS = {"add": 3, "gelu": 2, "layer_norm": 2, "softmax": 2}
+ELEMENTWISE_SHAPES = {True: ((256, 256), (2048, 256), (2048, 1024)),
+                      False: ((256, 256), (2048, 256), (2048, 1024), (8192, 1024), (16384, 2048))}
+
+
+def bench_elementwise(device: str, rows: int, width: int, reps: int = 5, min_rep_s: float = 0.02) -> list:
+    """add, gelu, layer_norm and softmax on fp32 (rows, width) tensors, as the model calls them."""
+    gen = torch.Generator(device="cpu").manual_seed(rows + width)
+    x = torch.randn(rows, width, generator=gen).to(device)
+    y = torch.randn(rows, width, generator=gen).to(device)
+    w, b = torch.ones(width, device=device), torch.zeros(width, device=device)
+    fns = {"add": lambda: x + y, "gelu": lambda: torch.nn.functional.gelu(x),
+           "layer_norm": lambda: torch.nn.functional.layer_norm(x, (width,), w, b),
+           "softmax": lambda: torch.softmax(x, dim=-1)}
+    sync = _sync_for(device)
+    out = []
+    with torch.no_grad():
+        for kernel, fn in fns.items():
+            times, calls, _ = time_calls(fn, sync, reps, min_rep_s, warmup=2)
+            s = _summary(times)
+            nbytes = ELEMENTWISE_ARRAYS[kernel] * rows * width * 4
+            out.append(ElementwisePoint(device=device, kernel=kernel, elements=rows * width, width=width,
+                                        bytes=nbytes, reps=reps, calls_per_rep=calls,
+                                        bytes_per_s=nbytes / s["median_s"], bytes_per_s_best=nbytes / s["min_s"],
+                                        **s))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,6 +428,9 @@ def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stre
                     except (RuntimeError, TypeError, NotImplementedError) as exc:
                         db.skipped.append(f"GEMV {dtype}: not supported here ({str(exc).splitlines()[0][:120]})")
                         break
+            for rows, width in ELEMENTWISE_SHAPES[quick]:
+                say(f"{dev} element-wise kernels on {rows} x {width}")
+                db.elementwise.extend(bench_elementwise(dev, rows, width, reps=n_reps, min_rep_s=min_rep_s))
         db.comparisons = compare(db, specs, load_before)
         results.append(db)
         if is_gpu:
@@ -543,5 +579,6 @@ def _gpu_reasons(db, dtype, best, theo, ratio, peak, specs, fp32_best) -> list[s
 
 
 # The records are re-exported: callers that measure and read results import from one place.
-__all__ = ["STREAM_ARRAYS", "BenchResult", "Comparison", "DeviceBench", "GemvPoint", "MatmulPoint", "StreamPoint",
+__all__ = ["STREAM_ARRAYS", "BenchResult", "Comparison", "DeviceBench", "ElementwisePoint", "GemvPoint", "MatmulPoint",
+           "StreamPoint", "bench_elementwise",
            "bench_gemv", "bench_matmul", "bench_stream", "compare", "run_bench", "time_calls", "torch_device"]
