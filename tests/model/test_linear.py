@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
@@ -140,6 +141,20 @@ def test_first_use_tunes_once_saves_beside_the_profile_and_the_next_process_read
     with torch.no_grad():
         Linear(256, 1024)(torch.randn(1, 4, 256))
     assert tuned == [2] and calls == [2, 2, 2]  # read from the file, not tuned again
+
+
+def test_first_use_under_a_flop_counter_counts_only_the_model_s_products(monkeypatch, tmp_path):
+    """The micro-benchmark runs outside any active dispatch mode: its own products are not the model's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(linear, "_state", {"table": None, "override": None})
+    monkeypatch.setattr(linear, "_choices", {})
+    monkeypatch.setattr(linear_tuning, "FIRST_USE", [(1, 256, 128)])  # one small real timing, to keep it quick
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    layer = Linear(96, 200)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(torch.randn(3, 96))
+    assert counter.get_total_flops() == 2 * 3 * 96 * 200
+    assert load_paths().covers("linear", 2, "fp32")  # it did tune, and saved
 
 
 def test_the_micro_benchmark_measures_both_paths_at_real_shapes():

@@ -27,6 +27,7 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import _disable_current_modes
 
 from tformer.core.errors import TformerError
 from tformer.machine.path_choices import PLAIN, PathTable, load_paths, save_paths
@@ -66,7 +67,12 @@ def path_table(threads: int | None = None) -> PathTable:
             print(f"note: {exc}", file=sys.stderr)
             table = PathTable()
     if threads > 1 and not table.covers("linear", threads, "fp32"):
-        table = table.merged(linear_tuning.first_use(threads))
+        if torch.compiler.is_compiling():
+            return table  # never time inside a trace: the compiled graph takes the plain path here
+        # Outside any active dispatch mode: a FlopCounterMode or a profiler's recorder around the first
+        # product must not count the benchmark's own products as the model's.
+        with _disable_current_modes():
+            table = table.merged(linear_tuning.first_use(threads))
         try:
             save_paths(table)
         except TformerError as exc:  # a read-only cache costs a re-tune next time, not this run
@@ -95,6 +101,8 @@ def choose(rows: int, n: int, k: int, threads: int) -> str:
     how = mode()
     if how != "auto":
         return how
+    if torch.compiler.is_compiling() and _state["table"] is None and not isinstance(_state["override"], PathTable):
+        return PLAIN  # nothing loaded yet and no timing inside a trace; not cached, eager calls still tune
     key = (rows, n, k, threads)
     found = _choices.get(key)
     if found is None:
