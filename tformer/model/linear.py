@@ -36,7 +36,7 @@ from tformer.model.split_linear import split_rows_linear
 
 MODES = ("auto", "plain", "split")
 _state = {"table": None, "override": None}  # the loaded/tuned PathTable; a table or mode set in code
-_choices: dict[tuple, str] = {}  # (rows, n, k, threads) -> path, per table: cleared when the table changes
+_choices: dict[tuple, str] = {}  # (rows, n, k, threads) -> path; cleared when use_paths() changes the source
 
 
 def mode() -> str:
