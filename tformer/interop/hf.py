@@ -246,29 +246,31 @@ def _header_tensors(path: Path) -> dict[str, torch.Tensor]:
             for k, v in header.items()}
 
 
-def _safetensors_files(directory: Path) -> list[Path] | None:
-    """The safetensors file(s) read_weights will read, or None when it reads pytorch_model.bin."""
-    if (directory / "model.safetensors").is_file():
-        return [directory / "model.safetensors"]
-    index = directory / "model.safetensors.index.json"
-    if not index.is_file():
-        return None
-    weight_map = _read_json(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise TformerError(f"{index} has no weight_map; the sharded checkpoint index is damaged")
-    shards = [directory / shard for shard in sorted(set(weight_map.values()))]
-    for shard in shards:
-        if not shard.is_file():
-            raise TformerError(f"shard {shard.name} listed in {index.name} is missing from {directory}")
-    return shards
+def weight_files(directory: Path) -> tuple[list[Path], bool]:
+    """The files that hold a checkpoint folder's weights (one file, or the shards its index names),
+    safetensors preferred over pytorch_model.bin; and whether they are safetensors."""
+    single = [("model.safetensors", True), ("pytorch_model.bin", False)]
+    sharded = [("model.safetensors.index.json", True), ("pytorch_model.bin.index.json", False)]
+    for name, safetensors in single[:1] + sharded[:1] + single[1:] + sharded[1:]:
+        path = directory / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return [path], safetensors
+        weight_map = _read_json(path).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise TformerError(f"{path} has no weight_map; the sharded checkpoint index is damaged")
+        shards = [directory / shard for shard in sorted(set(weight_map.values()))]
+        missing = next((shard for shard in shards if not shard.is_file()), None)
+        if missing is not None:
+            raise TformerError(f"shard {missing.name} listed in {path.name} is missing from {directory}")
+        return shards, safetensors
+    raise TformerError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
 
 
-def _check_headers(directory: Path, config, model_type: str) -> None:
-    """The whole name and shape check of load_hf, on the safetensors headers alone: a file whose
-    tensors do not fit config.json is refused before any tensor is read or allocated."""
-    files = _safetensors_files(directory)
-    if files is None:
-        return
+def _check_headers(directory: Path, files: list[Path], config, model_type: str) -> None:
+    """The whole name and shape check of load_hf, on the safetensors headers of ``files`` alone: a file
+    whose tensors do not fit config.json is refused before any tensor is read or allocated."""
     sd: dict[str, torch.Tensor] = {}
     for path in files:
         sd.update(_header_tensors(path))
@@ -300,26 +302,15 @@ def _read_bin(path: Path) -> dict[str, torch.Tensor]:
     return dict(data)
 
 
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint directory: single-file or sharded, safetensors preferred."""
-    single = [("model.safetensors", _read_safetensors), ("pytorch_model.bin", _read_bin)]
-    sharded = [("model.safetensors.index.json", _read_safetensors), ("pytorch_model.bin.index.json", _read_bin)]
-    for name, reader in single[:1] + sharded[:1] + single[1:] + sharded[1:]:
-        path = directory / name
-        if not path.is_file():
-            continue
-        if not name.endswith(".index.json"):
-            return reader(path)
-        weight_map = _read_json(path).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise TformerError(f"{path} has no weight_map; the sharded checkpoint index is damaged")
-        tensors: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(weight_map.values())):
-            if not (directory / shard).is_file():
-                raise TformerError(f"shard {shard} listed in {path.name} is missing from {directory}")
-            tensors.update(reader(directory / shard))
-        return tensors
-    raise TformerError(f"no weights in {directory}: expected model.safetensors or pytorch_model.bin")
+def read_weights(directory: Path, files: tuple[list[Path], bool] | None = None) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint directory: single-file or sharded, safetensors preferred.
+    ``files``: what weight_files(directory) returned, when the caller already has it."""
+    paths, safetensors = files or weight_files(directory)
+    reader = _read_safetensors if safetensors else _read_bin
+    tensors: dict[str, torch.Tensor] = {}
+    for path in paths:
+        tensors.update(reader(path))
+    return tensors
 
 
 def _normalise_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -460,8 +451,10 @@ def load_hf(path, device=None, dtype=None):
     hf_config = _read_json(config_path)
     config = config_from_hf(hf_config)
     model_type = hf_config["model_type"]
-    _check_headers(directory, config, model_type)
-    sd = _normalise_names(read_weights(directory))
+    files = weight_files(directory)  # the index of a sharded folder is read once, for both steps
+    if files[1]:
+        _check_headers(directory, files[0], config, model_type)
+    sd = _normalise_names(read_weights(directory, files))
     prefix = _prefix(model_type, sd)
     config = _refine(config, model_type, sd, prefix).replace(name=directory.name or config.name)
 
