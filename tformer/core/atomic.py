@@ -145,6 +145,23 @@ def _staging_dir(final: Path) -> Path:
 
 
 @contextlib.contextmanager
+def _staged(final: Path, publish):
+    """Yield a staging folder beside ``final``; when the body is done, sync it and ``publish(tmp)`` it
+    (the rename). Whatever happens, the staging folder is gone afterwards."""
+    tmp = None
+    try:
+        tmp = _staging_dir(final)
+        with _writing(final, tmp):
+            yield tmp
+            _fsync_tree(tmp)
+            publish(tmp)
+            _fsync_dir(final.parent)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def atomic_dir(final: str | Path):
     """Yield a temporary directory beside ``final``; on success it replaces ``final`` in one rename.
 
@@ -152,29 +169,24 @@ def atomic_dir(final: str | Path):
     or the new complete version exists (readers look for ``.NAME.old`` if NAME is missing).
     """
     final = Path(final)
-    tmp = None
-    try:
-        tmp = _staging_dir(final)
-        with _writing(final, tmp):
-            yield tmp
-            _fsync_tree(tmp)
-            old = final.parent / f".{final.name}.old"
-            if old.exists():
-                shutil.rmtree(old)
-            moved = final.exists()
-            if moved:
-                os.replace(final, old)
-            try:
-                os.replace(tmp, final)
-            except OSError:
-                if moved:  # put the previous version back under its name
-                    os.replace(old, final)
-                raise
-            _fsync_dir(final.parent)
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    old = final.parent / f".{final.name}.old"
+
+    def replace(tmp: Path) -> None:
+        if old.exists():
+            shutil.rmtree(old)
+        moved = final.exists()
+        if moved:
+            os.replace(final, old)
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if moved:  # put the previous version back under its name
+                os.replace(old, final)
+            raise
+
+    with _staged(final, replace) as tmp:
+        yield tmp
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def existing_dir(final: str | Path) -> Path | None:
@@ -270,21 +282,16 @@ def atomic_new_dir(final: str | Path, marker: str):
     same build first (its ``marker`` file is there), its copy is as good as ours and ours is dropped.
     """
     final = Path(final)
-    tmp = None
-    try:
-        tmp = _staging_dir(final)
-        with _writing(final, tmp):
-            yield tmp
-            _fsync_tree(tmp)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not (final / marker).is_file():
-                    raise
-            _fsync_dir(final.parent)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    def publish(tmp: Path) -> None:
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / marker).is_file():
+                raise
+
+    with _staged(final, publish) as tmp:
+        yield tmp
 
 
 def make_dir(path: str | Path, what: str = "output folder") -> Path:
