@@ -3,7 +3,16 @@
 import pytest
 
 from tformer.core.errors import TformerError
-from tformer.machine.path_choices import MIN_GAIN, PLAIN, PathPoint, PathTable, load_paths, paths_path, save_paths
+from tformer.machine.path_choices import (
+    MIN_GAIN,
+    PLAIN,
+    PathPoint,
+    PathTable,
+    load_paths,
+    paths_path,
+    record_paths,
+    save_paths,
+)
 
 
 def point(rows, n, k, gain, threads=2, source="bench"):
@@ -50,3 +59,17 @@ def test_an_unreadable_timings_file_is_one_line_naming_it(monkeypatch, tmp_path,
     with pytest.raises(TformerError) as exc:
         load_paths()
     assert path in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_damaged_timings_file_is_a_cache_when_the_caller_says_so_and_recording_replaces_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    save_paths(PathTable())
+    with open(paths_path(), "w") as f:
+        f.write("not json")
+    notes = []
+    assert load_paths(on_damage=notes.append).points == []
+    assert len(notes) == 1 and paths_path() in notes[0]
+    table = record_paths([point(1, 1024, 1024, 1.5), point(8, 1024, 1024, 0.9)], on_damage=notes.append)
+    record_paths([point(1, 1024, 1024, 0.7)])  # the same shape measured again replaces the old timing
+    assert sorted((p.rows, p.gain) for p in load_paths().points) == [(1, 0.7), (8, 0.9)]
+    assert len(table.points) == 2 and len(notes) == 2

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from tformer.cli._cost_common import console as make_console
 from tformer.core import fmt
 from tformer.core.errors import TformerError
-from tformer.machine.path_choices import MIN_GAIN, PLAIN, PathTable, load_paths, save_paths
+from tformer.machine.path_choices import MIN_GAIN, PathTable, record_paths
 from tformer.machine.profile_store import save_profile
 
 NAME = "bench"
@@ -79,15 +79,8 @@ def _linear_paths(quick: bool, save: bool) -> list:
         return []  # one thread: there is nothing to split over, the plain path is the only one
     points = linear_tuning.measure(linear_tuning.FIRST_USE if quick else linear_tuning.BENCH, threads)
     if save:
-        save_paths(_load_paths_or_empty().merged(points))
+        record_paths(points, on_damage=lambda line: print(line, file=sys.stderr))  # a damaged cache is replaced
     return points
-
-
-def _load_paths_or_empty() -> PathTable:
-    try:
-        return load_paths()
-    except TformerError:  # a damaged timings file is a cache: this run replaces it
-        return PathTable()
 
 
 def _print_paths(points) -> None:
@@ -99,9 +92,11 @@ def _print_paths(points) -> None:
                     f"from memory; median per call); the split path is taken where it is {MIN_GAIN:.2f}x faster")
     for col in ("rows x k @ n x k", "weight", "plain F.linear", "split rows", "plain / split", "chosen"):
         t.add_column(col, justify="left" if col.startswith("rows") else "right")
+    table = PathTable(points)
     for p in points:
-        t.add_row(f"{p.rows} x {p.k} @ {p.n} x {p.k}", fmt.in_unit(4 * p.n * p.k, 'MiB', 0), f"{p.plain_s * 1e3:.3f} ms",
-                  f"{p.path_s * 1e3:.3f} ms", f"{p.gain:.2f}x", p.path if p.gain >= MIN_GAIN else PLAIN)
+        t.add_row(f"{p.rows} x {p.k} @ {p.n} x {p.k}", fmt.in_unit(4 * p.n * p.k, "MiB", 0),
+                  f"{p.plain_s * 1e3:.3f} ms", f"{p.path_s * 1e3:.3f} ms", f"{p.gain:.2f}x",
+                  table.choose(p.op, p.rows, p.n, p.k, p.threads, p.dtype))
     make_console().print(t)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from tformer.core.atomic import atomic_write_text
@@ -100,20 +101,27 @@ def paths_path(key: str | None = None) -> str:
     return profile_path(key or machine_key())[: -len(".json")] + ".paths.json"
 
 
-def load_paths(key: str | None = None) -> PathTable:
-    """The saved timings for this machine (an empty table when none are saved)."""
+def load_paths(key: str | None = None, on_damage: Callable[[str], None] | None = None) -> PathTable:
+    """The saved timings for this machine (an empty table when none are saved). A damaged file raises
+    a TformerError; with ``on_damage``, it is reported there instead and counts as empty (it is a
+    cache: the timings are taken again and the file replaced)."""
     path = paths_path(key)
     if not os.path.isfile(path):
         return PathTable()
     fix = "delete it (the timings are taken again at first use) or rerun `tformer bench`"
-    data = read_json(path, "the saved path timings", max_bytes=4 << 20, fix=fix)
     try:
+        data = read_json(path, "the saved path timings", max_bytes=4 << 20, fix=fix)
         if data.get("version") != PATHS_VERSION:
             raise ValueError(f"version {data.get('version')!r}")
         return PathTable([PathPoint(**p) for p in data["points"]])
+    except TformerError as exc:
+        error = exc
     except (ValueError, KeyError, TypeError) as exc:
-        raise TformerError(f"the saved path timings {path} are unreadable ({type(exc).__name__}: {exc}); "
-                           f"{fix}") from None
+        error = TformerError(f"the saved path timings {path} are unreadable ({type(exc).__name__}: {exc}); {fix}")
+    if on_damage is None:
+        raise error
+    on_damage(f"note: {error}")
+    return PathTable()
 
 
 def save_paths(table: PathTable, key: str | None = None) -> str:
@@ -124,4 +132,13 @@ def save_paths(table: PathTable, key: str | None = None) -> str:
     return path
 
 
-__all__ = ["MAX_FACTOR", "MIN_GAIN", "PLAIN", "PathPoint", "PathTable", "load_paths", "paths_path", "save_paths"]
+def record_paths(points: list[PathPoint], key: str | None = None,
+                 on_damage: Callable[[str], None] | None = None) -> PathTable:
+    """Add ``points`` to the saved timings (replacing the same shapes) and save; returns the table."""
+    table = load_paths(key, on_damage).merged(points)
+    save_paths(table, key)
+    return table
+
+
+__all__ = ["MAX_FACTOR", "MIN_GAIN", "PLAIN", "PathPoint", "PathTable", "load_paths", "paths_path", "record_paths",
+           "save_paths"]

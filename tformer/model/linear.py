@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
 from tformer.core.errors import TformerError
-from tformer.machine.path_choices import PLAIN, PathTable, load_paths, save_paths
+from tformer.machine.path_choices import PLAIN, PathTable, load_paths, record_paths
 from tformer.model import linear_tuning
 from tformer.model.split_linear import split_rows_linear
 
@@ -61,24 +61,25 @@ def path_table(threads: int | None = None) -> PathTable:
     threads = threads or torch.get_num_threads()
     table = _state["table"]
     if table is None:
-        try:
-            table = load_paths()
-        except TformerError as exc:  # a cache, not an input: a damaged one is measured again and replaced
-            print(f"note: {exc}", file=sys.stderr)
-            table = PathTable()
+        table = load_paths(on_damage=_note)  # a damaged cache is measured again and replaced
     if threads > 1 and not table.covers("linear", threads, "fp32"):
         if torch.compiler.is_compiling():
             return table  # never time inside a trace: the compiled graph takes the plain path here
         # Outside any active dispatch mode: a FlopCounterMode or a profiler's recorder around the first
         # product must not count the benchmark's own products as the model's.
         with _disable_current_modes():
-            table = table.merged(linear_tuning.first_use(threads))
+            points = linear_tuning.first_use(threads)
+        table = table.merged(points)
         try:
-            save_paths(table)
+            record_paths(points, on_damage=_note)
         except TformerError as exc:  # a read-only cache costs a re-tune next time, not this run
-            print(f"note: linear path timings not saved ({exc})", file=sys.stderr)
+            _note(f"note: linear path timings not saved ({exc})")
     _state["table"] = table
     return table
+
+
+def _note(line: str) -> None:
+    print(line, file=sys.stderr)
 
 
 @contextlib.contextmanager
