@@ -75,7 +75,8 @@ def model_dir(path: str | Path) -> Path:
     """The folder holding config.json + model.safetensors: ``path`` itself, or its final/ (older runs)."""
     path = Path(path)
     if not path.is_dir():
-        raise TformerError(f"checkpoint directory {path} does not exist")
+        raise TformerError(f"checkpoint directory {path} does not exist; give a training run's --out folder "
+                           "or its checkpoint/ folder")
     found = path
     if not (path / WEIGHTS_FILE).is_file() and (path / "final" / WEIGHTS_FILE).is_file():
         found = path / "final"
