@@ -84,6 +84,32 @@ def test_reference_weights_follow_the_definition():
                 assert torch.allclose(out[b, h, i], (w[:, None] * v[b, h]).sum(0), atol=1e-5)
 
 
+
+@pytest.mark.parametrize("case", ["causal", "position-bias", "unscaled"])
+def test_reference_gradients_equal_sdpa_math(case):
+    """The reference scales and masks its scores in place: the gradients of q, k, v (and of a learned
+    position bias, as T5's and ALiBi's) must still equal PyTorch's own math kernel's."""
+    torch.manual_seed(3)
+    q, k, v = _qkv(5, 7)
+    bias = torch.randn(1, H, 5, 7) if case == "position-bias" else None
+    scale = 1.0 if case == "unscaled" else 1 / math.sqrt(D)
+    grads = []
+    for fn in ("reference", "math"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)] + ([bias.clone().requires_grad_()] if bias is not None else [])
+        qq, kk, vv = leaves[:3]
+        if fn == "reference":
+            mask = build_mask(5, 7, causal=case != "position-bias", position_bias=leaves[3] if bias is not None else None)
+            out = reference(qq, kk, vv, mask, scale)[0]
+        else:
+            allowed = torch.ones(5, 7, dtype=torch.bool).tril(diagonal=2)
+            attn_bias = leaves[3] if bias is not None else torch.zeros(5, 7).masked_fill(~allowed, float("-inf"))
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=attn_bias, scale=scale)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads.append([t.grad for t in leaves])
+    for ours, theirs in zip(*grads):
+        assert torch.allclose(ours, theirs, atol=1e-5, rtol=0), (ours - theirs).abs().max()
+
 def test_causal_mask_hides_the_future():
     q, k, v = _qkv(5, 5)
     _, weights, _ = _all(q, k, v, build_mask(5, 5, causal=True))
