@@ -1,0 +1,549 @@
+"""Training and inference beyond one device: memory, traffic and time per device under data,
+tensor and pipeline parallelism and ZeRO. Plain arithmetic over the architecture description and
+the ledger; no torch.
+
+A layout is N devices = D data-parallel replicas x T tensor-parallel ranks x P pipeline stages.
+``Workload.batch`` is the batch of one replica (DeepSpeed's "micro batch per GPU" times the
+micro-batches), so adding replicas never changes a device's activations; the global batch is D x batch.
+
+Parameters (per device, the largest stage):
+- tensor parallelism (Megatron-LM, Shoeybi et al. 2019): q, k, v, up and gate split their outputs
+  by T (column-parallel, bias split too), o and down their inputs (row-parallel, bias kept whole),
+  the token table and an untied output head their vocabulary rows (vocabulary-parallel, padded to
+  ceil(V / T) rows); norms, position and segment tables, the pooler and BERT's head transform are
+  kept whole on every rank;
+- pipeline parallelism: the layers in run order cut into P contiguous stages (the first
+  L mod P stages take one more); a stack's tables sit with its first layer, its final norm with its
+  last, the heads on the last stage, which keeps its own copy of a tied token table when P > 1;
+- ZeRO (Rajbhandari et al. 2020) over the D replicas: stage 1 shards the optimizer state (fp32
+  master and moments), 2 the gradients too, 3 the weights too. Each tensor is cut along its first
+  dimension into D pieces of ceil(rows / D) rows (FSDP2's per-parameter sharding; rank 0 holds a
+  full piece), so a device holds sum(ceil(rows / D) x rest) elements of each sharded state.
+
+Activations: what autograd keeps for one micro-batch (the ledger's saved bytes at batch / M), split
+the way Korthikanti et al. 2022 split them: tensors inside the tensor-parallel region (Q, K, V,
+scores, softmax, attention output, the MLP's hidden layer, the logits) by T; the rest (norm inputs,
+residuals, the inputs of q/k/v and up) whole, or by T too with sequence parallelism. Under 1F1B a
+stage s holds min(P - s, M) micro-batches in flight (GPipe: M).
+
+Traffic per device and step (bytes sent, which a ring also receives):
+- data parallel: ring all-reduce of the gradients, 2 (D - 1) / D x gradient bytes (ZeRO 0); ZeRO 1
+  and 2 reduce-scatter the gradients and all-gather the updated weights, (D - 1) / D of each; ZeRO 3
+  all-gathers the weights twice (forward and backward), 1.5x the plain volume in equal dtypes;
+- tensor parallel: per attention or MLP block one all-reduce of the (rows, d) activations forward and
+  one backward, 2 (T - 1) / T of their bytes each (with sequence parallelism an all-gather and a
+  reduce-scatter instead: the same volume), plus the vocabulary-parallel embedding's forward all-reduce;
+- pipeline: each boundary sends a micro-batch's (rows, d) activations forward and their gradient back.
+Time: each device does 1 / (T x P) of a replica's step, stretched by the pipeline bubble
+(P - 1) / (M + P - 1); communication runs at the link's bandwidth in one direction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from tformer.core.errors import TformerError
+from tformer.cost.architecture import Architecture, Linear, describe
+from tformer.cost.memory import optimizer_bytes_per_param
+from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
+
+ZERO_ALIASES = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}  # FSDP's names for stages 0, 2, 3
+MAX_TP = 8  # tensor parallelism stays inside one node (8 GPUs with NVLink) in the devices-needed search
+MAX_DEVICES = 1 << 20
+
+# Ops whose saved tensors live inside the tensor-parallel region (split by T); the rest are whole
+# on each rank unless sequence parallelism splits them along the sequence.
+_TP_SPLIT_KINDS = {"scores", "softmax", "context", "out_proj", "activation", "ffn_down", "lm_head", "loss"}
+_PIPELINES = ("1f1b", "gpipe")
+
+
+def parse_zero(value) -> int:
+    """0-3, or FSDP's name for one; anything else is one TformerError naming the choices."""
+    text = str(value).strip().lower()
+    if text in ZERO_ALIASES:
+        return ZERO_ALIASES[text]
+    if text in ("0", "1", "2", "3"):
+        return int(text)
+    raise TformerError(f"--zero {value!r} is not a ZeRO stage; choose 0, 1, 2 or 3 "
+                       f"(or FSDP's {', '.join(f'{k} = {v}' for k, v in ZERO_ALIASES.items())})")
+
+
+@dataclass(frozen=True)
+class Layout:
+    devices: int = 1
+    zero: int = 0
+    tp: int = 1
+    pp: int = 1
+    micro_batches: int = 1
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+
+    @property
+    def dp(self) -> int:
+        return self.devices // (self.tp * self.pp)
+
+    @property
+    def single(self) -> bool:
+        return self.devices == 1
+
+    def describe(self) -> str:
+        parts = [f"{self.devices} device{'s' if self.devices != 1 else ''}: data {self.dp}"]
+        if self.tp > 1:
+            parts.append(f"tensor {self.tp}{' + sequence' if self.sequence_parallel else ''}")
+        if self.pp > 1:
+            parts.append(f"pipeline {self.pp} ({self.micro_batches} micro-batch{"es" if self.micro_batches != 1 else ""}, {self.schedule})")
+        if self.zero:
+            parts.append(f"ZeRO-{self.zero}")
+        return ", ".join(parts)
+
+    def check(self, config, workload) -> None:
+        """One TformerError naming the first thing about this layout that cannot exist."""
+        for name in ("devices", "tp", "pp", "micro_batches"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                flag = "--" + name.replace("_", "-")
+                raise TformerError(f"{flag} must be a whole number of at least 1, got {value!r}")
+        if self.devices > MAX_DEVICES:
+            raise TformerError(f"--devices {self.devices} is more than {MAX_DEVICES:,}; give a real cluster size")
+        if self.zero not in (0, 1, 2, 3):
+            raise TformerError(f"--zero {self.zero} is not a ZeRO stage; choose 0, 1, 2 or 3")
+        if self.schedule not in _PIPELINES:
+            raise TformerError(f"pipeline schedule {self.schedule!r} is unknown; choose {' or '.join(_PIPELINES)}")
+        if self.devices % (self.tp * self.pp):
+            raise TformerError(f"--devices {self.devices} is not divisible by --tp x --pp = {self.tp * self.pp}; "
+                               "data parallelism is devices / (tp x pp) replicas")
+        layers = _layer_count(config)
+        if self.pp > layers:
+            raise TformerError(f"--pp {self.pp} is more than the model's {layers} layers; use at most {layers} stages")
+        for what, n in (("heads", config.n_heads), ("key/value heads", config.n_kv_heads), ("d_ff", config.d_ff)):
+            if n % self.tp:
+                raise TformerError(f"the model's {n} {what} are not divisible by --tp {self.tp}; "
+                                   f"choose a tensor-parallel size that divides {n}")
+        if self.sequence_parallel and self.tp == 1:
+            raise TformerError("--sequence-parallel splits what tensor parallelism keeps whole; give --tp 2 or more")
+        if workload.batch % self.micro_batches:
+            raise TformerError(f"--batch {workload.batch} is not divisible by --micro-batches {self.micro_batches}; "
+                               "each micro-batch must have the same number of sequences")
+        if self.micro_batches > 1 and self.pp == 1:
+            raise TformerError("--micro-batches splits a batch for a pipeline; give --pp 2 or more")
+        if not workload.training and self.zero:
+            raise TformerError(f"ZeRO shards training state; {workload.phase} holds only weights, so drop --zero "
+                               "(--tp and --pp split the weights for inference)")
+
+
+def _layer_count(config) -> int:
+    return config.n_layers + (config.n_decoder_layers or config.n_layers if config.arch == "encoder-decoder" else 0)
+
+
+# Parameters per device ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    shape: tuple[int, ...]
+    split: str  # "rows" (split dim 0: column-parallel, vocabulary), "cols" (row-parallel weight), "whole"
+    stage_of: str  # "first:<stack>" | "last:<stack>" | "layer:<index in run order>" | "head"
+
+
+def _tensors(arch: Architecture, tied: bool) -> list[_Tensor]:
+    """Every parameter tensor with how tensor parallelism splits it and which stage owns it."""
+    out: list[_Tensor] = []
+
+    def linear(spec: Linear | None, parallel: str, where: str) -> None:
+        if spec is None:
+            return
+        for name, shape in spec.parameters().items():
+            is_bias = name.endswith(".bias")
+            if parallel == "column":
+                split = "rows"
+            elif parallel == "row":
+                split = "whole" if is_bias else "cols"
+            elif parallel == "vocab":
+                split = "rows"
+            else:
+                split = "whole"
+            out.append(_Tensor(name, shape, split, where))
+
+    def whole(part, where: str) -> None:
+        if part is not None:
+            out.extend(_Tensor(n, s, "whole", where) for n, s in part.parameters().items())
+
+    first = arch.stacks[0].name
+    out.append(_Tensor(arch.tok_embed.path + ".weight", arch.tok_embed.shape, "rows", "first:" + first))
+    whole(arch.type_embed, "first:" + first)
+    index = 0
+    for st in arch.stacks:
+        whole(st.positions.table, "first:" + st.name)
+        whole(st.embed_norm, "first:" + st.name)
+        for layer in st.layers:
+            where = f"layer:{index}"
+            for att in layer.attention:
+                whole(att.norm, where)
+                for lin in (att.q, att.k, att.v):
+                    linear(lin, "column", where)
+                linear(att.o, "row", where)
+            whole(layer.mlp.norm, where)
+            linear(layer.mlp.up, "column", where)
+            linear(layer.mlp.gate, "column", where)
+            linear(layer.mlp.down, "row", where)
+            index += 1
+        whole(st.final_norm, "last:" + st.name)
+    linear(arch.pooler, "whole", "head")
+    if arch.mlm_head is not None:
+        linear(arch.mlm_head.dense, "whole", "head")
+        whole(arch.mlm_head.norm, "head")
+        linear(arch.mlm_head.decoder, "vocab", "head")
+    if arch.lm_head is not None:
+        linear(arch.lm_head.linear, "vocab", "head")
+    return out
+
+
+def _stage_layers(n_layers: int, pp: int) -> list[range]:
+    """Contiguous layer ranges per stage; the first n mod P stages take one more layer."""
+    base, extra = divmod(n_layers, pp)
+    ranges, start = [], 0
+    for s in range(pp):
+        size = base + (1 if s < extra else 0)
+        ranges.append(range(start, start + size))
+        start += size
+    return ranges
+
+
+def _stage_index(where: str, stacks: dict[str, tuple[int, int]], ranges: list[range]) -> int:
+    def stage_of_layer(i: int) -> int:
+        return next(s for s, r in enumerate(ranges) if i in r)
+
+    kind, _, arg = where.partition(":")
+    if kind == "layer":
+        return stage_of_layer(int(arg))
+    if kind == "first":
+        return stage_of_layer(stacks[arg][0])
+    if kind == "last":
+        return stage_of_layer(stacks[arg][1])
+    return len(ranges) - 1  # heads
+
+
+def _tp_elements(t: _Tensor, tp: int) -> int:
+    if t.split == "rows":
+        return math.ceil(t.shape[0] / tp) * math.prod(t.shape[1:])
+    if t.split == "cols":
+        return t.shape[0] * math.ceil(t.shape[1] / tp) * math.prod(t.shape[2:])
+    return math.prod(t.shape)
+
+
+def _tp_shape(t: _Tensor, tp: int) -> tuple[int, ...]:
+    if t.split == "rows":
+        return (math.ceil(t.shape[0] / tp),) + t.shape[1:]
+    if t.split == "cols":
+        return (t.shape[0], math.ceil(t.shape[1] / tp)) + t.shape[2:]
+    return t.shape
+
+
+def stage_parameters(config, tp: int = 1, pp: int = 1) -> list[list[tuple[str, tuple[int, ...]]]]:
+    """Per pipeline stage, the (name, shape) of every parameter tensor one tensor-parallel rank holds."""
+    arch = describe(config)
+    stacks, index = {}, 0
+    for st in arch.stacks:
+        stacks[st.name] = (index, index + len(st.layers) - 1)
+        index += len(st.layers)
+    ranges = _stage_layers(index, pp)
+    stages: list[list[tuple[str, tuple[int, ...]]]] = [[] for _ in range(pp)]
+    tensors = _tensors(arch, config.tied_embeddings)
+    for t in tensors:
+        stages[_stage_index(t.stage_of, stacks, ranges)].append((t.name, _tp_shape(t, tp)))
+    head = arch.lm_head.linear if arch.lm_head is not None else (arch.mlm_head.decoder if arch.mlm_head else None)
+    if head is not None and head.tied and pp > 1:
+        # The last stage computes the logits with its own copy of the tied table (Megatron-LM's way;
+        # the two copies' gradients are summed between the first and last stage).
+        table = next(t for t in tensors if t.name == arch.tok_embed.path + ".weight")
+        if _stage_index(table.stage_of, stacks, ranges) != pp - 1:
+            stages[-1].append((table.name + " (tied copy)", _tp_shape(table, tp)))
+    return stages
+
+
+def sharded_elements(shapes, shards: int) -> int:
+    """Elements rank 0 holds when each tensor is cut along dim 0 into ``shards`` pieces of
+    ceil(rows / shards) rows (FSDP2's per-parameter sharding)."""
+    if shards == 1:
+        return sum(math.prod(s) for s in shapes)
+    return sum(math.ceil(s[0] / shards) * math.prod(s[1:]) for s in shapes)
+
+
+def zero_model_state_bytes(params: float, devices: int, stage: int, weight_bytes: float = 2,
+                           grad_bytes: float = 2, optimizer_bytes: float = 12) -> float:
+    """The ZeRO paper's per-device model states, (2 + 2 + K) x params with K = 12 for mixed-precision
+    Adam, partitioned by stage: 1 the K part, 2 the gradients too, 3 everything."""
+    if stage not in (0, 1, 2, 3):
+        raise TformerError(f"ZeRO stage {stage} does not exist; choose 0, 1, 2 or 3")
+    w = weight_bytes / (devices if stage >= 3 else 1)
+    g = grad_bytes / (devices if stage >= 2 else 1)
+    k = optimizer_bytes / (devices if stage >= 1 else 1)
+    return params * (w + g + k)
+
+
+# Activations per device --------------------------------------------------------------------------
+class _Plans:
+    """Caches what a layout search asks for many times: the ledger at each micro-batch size, the
+    parameters per stage at each (T, P), the activations per stage at each (T, P, M, SP)."""
+
+    def __init__(self, config, workload):
+        self.config, self.workload = config, workload
+        self.order = [(st.name, layer.index) for st in describe(config).stacks for layer in st.layers]
+        self._ledgers, self._params, self._acts = {}, {}, {}
+
+    def ledger(self, batch: int):
+        from tformer.cost.ledger import ledger  # cost.ledger does not import this module: no cycle
+
+        if batch not in self._ledgers:
+            self._ledgers[batch] = ledger(self.config, replace(self.workload, batch=batch))
+        return self._ledgers[batch]
+
+    def params(self, tp: int, pp: int) -> list[list[tuple[int, ...]]]:
+        if (tp, pp) not in self._params:
+            self._params[tp, pp] = [[shape for _, shape in st] for st in stage_parameters(self.config, tp, pp)]
+        return self._params[tp, pp]
+
+    def activations(self, layout: Layout) -> list[dict]:
+        key = (layout.tp, layout.pp, layout.micro_batches, layout.sequence_parallel)
+        if key not in self._acts:
+            self._acts[key] = self._activations(layout)
+        return self._acts[key]
+
+    def _stage_of(self, op, ranges: list[range]) -> int:
+        """The stage running ``op``: its layer's; a stack's embeddings sit with its first layer and its
+        final norm with its last; the heads and the loss on the last stage."""
+        if op.layer is not None:
+            i = self.order.index((op.stack, op.layer))
+        elif op.stack and (op.kind in ("embedding", "position") or op.name.endswith(".embed_norm")):
+            i = self.order.index((op.stack, 0))
+        elif op.stack and op.name.endswith(".final_norm"):
+            i = max(j for j, (st, _) in enumerate(self.order) if st == op.stack)
+        else:
+            return len(ranges) - 1
+        return next(s for s, r in enumerate(ranges) if i in r)
+
+    def _activations(self, layout: Layout) -> list[dict]:
+        """Per stage, for one micro-batch: activation bytes kept (training) or the largest working set
+        (inference), each layer's input, the largest layer's kept bytes, KV cache and logits."""
+        w = self.workload
+        lg = self.ledger(w.batch // layout.micro_batches)
+        tp, sp = layout.tp, layout.sequence_parallel
+        ranges = _stage_layers(len(self.order), layout.pp)
+        stages = [{"activations": 0, "layer_inputs": 0, "largest_layer": 0, "kv_cache": 0, "logits": 0}
+                  for _ in range(layout.pp)]
+        per_layer: dict[tuple[str, int], int] = {}
+        inputs_seen: set[tuple[str, int]] = set()
+        for op in lg.select(phase="forward"):
+            split = tp if (op.kind in _TP_SPLIT_KINDS or sp) else 1
+            st = stages[self._stage_of(op, ranges)]
+            st["kv_cache"] += op.cache_bytes // tp  # K and V heads are split by T
+            if op.kind == "lm_head" or op.name == "mlm_head.decoder":
+                st["logits"] += -(-op.bytes_written // tp)
+            if not w.training:
+                working = op.bytes_read - op.weight_bytes - op.cache_bytes + op.bytes_written
+                st["activations"] = max(st["activations"], -(-working // split))
+                continue
+            kept = -(-op.saved_bytes // split)
+            st["activations"] += kept
+            if op.layer is not None:
+                key = (op.stack, op.layer)
+                per_layer[key] = per_layer.get(key, 0) + kept
+                if op.kind == "norm" and key not in inputs_seen:  # the layer's input: its first norm's size
+                    inputs_seen.add(key)
+                    st["layer_inputs"] += -(-op.bytes_written // (tp if sp else 1))
+        for key, kept in per_layer.items():
+            s = next(i for i, r in enumerate(ranges) if self.order.index(key) in r)
+            stages[s]["largest_layer"] = max(stages[s]["largest_layer"], kept)
+        return stages
+
+
+def in_flight(layout: Layout, stage: int) -> int:
+    """Micro-batches whose activations stage ``stage`` holds at its peak (1F1B: P - s, at most M)."""
+    if layout.schedule == "gpipe":
+        return layout.micro_batches
+    return min(layout.pp - stage, layout.micro_batches)
+
+
+def bubble_fraction(pp: int, micro_batches: int) -> float:
+    """Idle share of a GPipe or 1F1B pipeline step: (P - 1) / (M + P - 1)."""
+    return (pp - 1) / (micro_batches + pp - 1)
+
+
+# The whole picture --------------------------------------------------------------------------------
+def per_device(config, workload, layout: Layout, plans: _Plans | None = None) -> dict:
+    """Memory per device on the fullest stage: weights, gradients, optimizer, activations, logits,
+    KV cache and total; ``stages`` lists every stage."""
+    layout.check(config, workload)
+    plans = plans or _Plans(config, workload)
+    per = optimizer_bytes_per_param(workload)
+    acts = plans.activations(layout)
+    d, z = layout.dp, layout.zero
+    rows = []
+    for s, shapes in enumerate(plans.params(layout.tp, layout.pp)):
+        whole = sharded_elements(shapes, 1)
+        a = acts[s]
+        if workload.training:
+            weights = sharded_elements(shapes, d if z >= 3 else 1) * per["weights"]
+            gradients = sharded_elements(shapes, d if z >= 2 else 1) * per["gradients"]
+            optimizer = sharded_elements(shapes, d if z >= 1 else 1) * (per["master"] + per["moments"])
+            n = in_flight(layout, s)
+            if workload.checkpointing:  # each layer's input per micro-batch in flight, one layer rebuilt
+                activations = a["layer_inputs"] * n + a["largest_layer"]
+            else:
+                activations = a["activations"] * n
+            logits = a["logits"] * n
+            kv = 0
+        else:
+            weights = whole * per["weights"]
+            gradients = optimizer = 0
+            activations, logits, kv = a["activations"], a["logits"], a["kv_cache"]
+        total = weights + gradients + optimizer + activations + logits + kv
+        rows.append({"stage": s, "params": whole, "weights": weights, "gradients": gradients,
+                     "optimizer": optimizer, "activations": activations, "logits": logits, "kv_cache": kv,
+                     "total": total})
+    worst = max(rows, key=lambda r: r["total"])
+    return {**{k: worst[k] for k in ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache",
+                                     "total", "params", "stage")}, "stages": rows}
+
+
+def communication(config, workload, layout: Layout, link_bandwidth: float | None = None,
+                  plans: _Plans | None = None) -> dict:
+    """Bytes each device sends per step, by kind, and the seconds at ``link_bandwidth`` (bytes/s, one way)."""
+    layout.check(config, workload)
+    plans = plans or _Plans(config, workload)
+    per = optimizer_bytes_per_param(workload) if workload.training else {"weights": WEIGHT_BYTES[workload.dtype]}
+    a = ACTIVATION_BYTES[workload.dtype]
+    d, t, p, m = layout.dp, layout.tp, layout.pp, layout.micro_batches
+    params = max(sharded_elements(shapes, 1) for shapes in plans.params(t, p))
+    micro = workload.batch // m
+    rows_per_micro = micro * _tokens_per_sequence(config, workload)
+    act = rows_per_micro * config.d_model * a
+    kinds: dict[str, int] = {}
+    if workload.training and d > 1:
+        share = (d - 1) / d
+        if layout.zero == 0:
+            kinds["data_parallel_all_reduce"] = round(2 * share * params * per["gradients"])
+        else:
+            kinds["zero_reduce_scatter"] = round(share * params * per["gradients"])
+            gathers = 2 if layout.zero == 3 else 1
+            kinds["zero_all_gather"] = round(gathers * share * params * per["weights"])
+    if t > 1:
+        blocks = max(_blocks_per_stage(config, p))
+        passes = 2 if workload.training else 1  # one all-reduce forward, one backward per block
+        embed = 1  # the vocabulary-parallel embedding's forward all-reduce (first stage)
+        kinds["tensor_parallel_all_reduce"] = round(2 * (t - 1) / t * act * m * (blocks * passes + embed))
+    if p > 1:
+        directions = 2 if workload.training else 1  # activations forward, their gradients back
+        kinds["pipeline_send"] = act * m * directions
+    total = sum(kinds.values())
+    seconds = total / link_bandwidth if link_bandwidth else None
+    return {"bytes": kinds, "total_bytes": total, "link_bandwidth": link_bandwidth,
+            "seconds": seconds,
+            "rule": "bytes each device sends per step (a ring receives as many); seconds = bytes / link bandwidth"}
+
+
+def _tokens_per_sequence(config, workload) -> int:
+    if workload.phase == "decode":
+        return 1
+    return max(workload.seq, workload.seq_decoder or 0)
+
+
+def _blocks_per_stage(config, pp: int) -> list[int]:
+    """Attention and MLP blocks (each ends in one tensor-parallel all-reduce) per stage."""
+    arch = describe(config)
+    per_layer = [len(layer.attention) + 1 for st in arch.stacks for layer in st.layers]
+    return [sum(per_layer[i] for i in r) for r in _stage_layers(len(per_layer), pp)]
+
+
+def step_time(single_device_s: float | None, comm_s: float | None, layout: Layout) -> dict:
+    """Compute per device (a replica's step over T x P, stretched by the bubble) and communication,
+    overlapped (max) and not (sum)."""
+    if single_device_s is None:
+        return {"compute_s": None, "communication_s": comm_s, "overlapped_s": None, "serial_s": None}
+    bubble = bubble_fraction(layout.pp, layout.micro_batches)
+    compute = single_device_s / (layout.tp * layout.pp) / (1 - bubble)
+    c = comm_s or 0.0
+    return {"compute_s": compute, "communication_s": comm_s, "overlapped_s": max(compute, c),
+            "serial_s": compute + c, "bubble_fraction": bubble}
+
+
+def parallel_summary(config, workload, layout: Layout, link_bandwidth: float | None = None,
+                     single_device_s: float | None = None) -> dict:
+    """The JSON block `tformer count` prints for a layout."""
+    plans = _Plans(config, workload)
+    mem = per_device(config, workload, layout, plans)
+    comm = communication(config, workload, layout, link_bandwidth, plans)
+    return {
+        "layout": {"devices": layout.devices, "data_parallel": layout.dp, "tensor_parallel": layout.tp,
+                   "pipeline_parallel": layout.pp, "micro_batches": layout.micro_batches, "zero": layout.zero,
+                   "sequence_parallel": layout.sequence_parallel, "schedule": layout.schedule,
+                   "global_batch": workload.batch * layout.dp, "text": layout.describe()},
+        "memory_per_device": mem,
+        "communication": comm,
+        "pipeline": {"bubble_fraction": bubble_fraction(layout.pp, layout.micro_batches), "stages": layout.pp},
+        "time": step_time(single_device_s, comm["seconds"], layout),
+    }
+
+
+def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_batches: int = 1,
+                   sequence_parallel: bool = False, max_tp: int = MAX_TP) -> dict:
+    """The fewest devices of ``memory_bytes`` each that hold the workload, and the layout that does it.
+
+    Training: ZeRO stage ``zero`` over the replicas (more replicas shard more with stages 1-3),
+    tensor parallelism up to ``max_tp`` (one node), pipeline stages up to the layer count. Inference:
+    weights, KV cache and working set split by tensor and pipeline parallelism. Ties go to the layout
+    that sends the fewest bytes per device.
+    """
+    if not memory_bytes or memory_bytes <= 0:
+        raise TformerError("devices needed: the device's memory is unknown; name a device with a memory size "
+                           "(--hardware h100-sxm) or give a JSON device with memory_bytes")
+    best = None
+    plans = _Plans(config, workload)
+    layers = _layer_count(config)
+    for tp in (t for t in range(1, max_tp + 1) if not (config.n_heads % t or config.n_kv_heads % t or config.d_ff % t)):
+        for pp in range(1, layers + 1):
+            if workload.batch % micro_batches or (micro_batches > 1 and pp == 1):
+                continue
+            sp = sequence_parallel and tp > 1
+            base = Layout(tp * pp, zero if workload.training else 0, tp, pp, micro_batches if pp > 1 else 1, sp)
+            if best is not None and base.devices > best[0].devices:
+                break  # more stages only add devices
+            fits = _smallest_dp(config, workload, base, memory_bytes, plans)
+            if fits is None:
+                continue
+            layout, total = fits
+            key = (layout.devices, communication(config, workload, layout, plans=plans)["total_bytes"])
+            if best is None or key < best[2]:
+                best = (layout, total, key)
+    if best is None:
+        return {"devices": None, "layout": None, "per_device_total": None, "memory_bytes": memory_bytes,
+                "reason": f"no layout with tensor parallelism up to {max_tp} and up to {layers} pipeline stages fits: "
+                          "a device's share of activations stays too large (try --checkpointing, a smaller --batch, "
+                          "more --micro-batches or --sequence-parallel)"}
+    layout, total, _ = best
+    return {"devices": layout.devices, "layout": layout.describe(), "data_parallel": layout.dp,
+            "tensor_parallel": layout.tp, "pipeline_parallel": layout.pp, "zero": layout.zero,
+            "per_device_total": total, "memory_bytes": memory_bytes}
+
+
+def _smallest_dp(config, workload, base: Layout, memory_bytes: int, plans: _Plans):
+    """(layout, per-device total) with the fewest replicas that fits, or None. Replicas shrink the
+    model states only under ZeRO, so without it one replica is the only candidate."""
+    def total(dp: int) -> int:
+        return per_device(config, workload, replace(base, devices=base.tp * base.pp * dp), plans)["total"]
+
+    if not workload.training or base.zero == 0:
+        t = total(1)
+        return (base, t) if t <= memory_bytes else None
+    cap = MAX_DEVICES // (base.tp * base.pp)
+    if total(cap) > memory_bytes:
+        return None
+    lo, hi = 1, cap
+    while lo < hi:  # per-device memory never grows with more replicas: the smallest that fits
+        mid = (lo + hi) // 2
+        if total(mid) <= memory_bytes:
+            hi = mid
+        else:
+            lo = mid + 1
+    layout = replace(base, devices=base.tp * base.pp * lo)
+    return layout, total(lo)
