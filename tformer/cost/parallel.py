@@ -92,7 +92,7 @@ class Layout:
         if self.tp > 1:
             parts.append(f"tensor {self.tp}{' + sequence' if self.sequence_parallel else ''}")
         if self.pp > 1:
-            parts.append(f"pipeline {self.pp} ({self.micro_batches} micro-batch{"es" if self.micro_batches != 1 else ""}, {self.schedule})")
+            parts.append(f"pipeline {self.pp} ({self.micro_batches} micro-batch{'es' if self.micro_batches != 1 else ''}, {self.schedule})")
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         return ", ".join(parts)
