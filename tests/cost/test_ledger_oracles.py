@@ -13,6 +13,7 @@ import pytest
 from tformer.core.config import ModelConfig
 from tformer.cost import formulas as F
 from tformer.cost import ops as O
+from tformer.cost import parallel as PAR
 from tformer.cost import roofline as R
 from tformer.cost import scaling as S
 from tformer.cost.conventions import course_flops
@@ -152,6 +153,16 @@ FORMULAS = {
     "O-TOKENS-PER-S": lambda i: S.training_tokens_per_second(i["P"], i["peak_flops"], i["utilization"]),
     "O-TRAIN-STEPS": lambda i: S.training_steps(i["D"], i["B"], i["L"]),
     "O-GPU-BW-3060TI": lambda i: gpu_bandwidth(i["gbps_per_pin"] / 1e9, i["bus_bits"]),
+    # Beyond one device: fp32 Adam is 4 B weights + 4 B gradients + 8 B moments per parameter.
+    "O-F-DEVICES-GPT3": lambda i: PAR.devices_for(i["P"] * i["bytes_per_param"], i["device_bytes"]),
+    "B-F-ZERO1-BERT": lambda i: PAR.zero_model_state_bytes(i["P"], i["N"], 1, weight_bytes=0, grad_bytes=0,
+                                                           optimizer_bytes=i["moment_bytes_per_param"]),
+    "B-F-ZERO3-SAVED-BERT": lambda i: PAR.zero_model_state_bytes(i["P"], i["N"], 0, 4, 4, 8)
+    - PAR.zero_model_state_bytes(i["P"], i["N"], 3, 4, 4, 8),
+    "B-F-ZERO3-GPT3": lambda i: PAR.zero_model_state_bytes(i["P"], i["N"], 3, 4, 4, 8),
+    "R-F-DP-EFFICIENCY-8": lambda i: PAR.data_parallel_efficiency(i["T"], i["N"], i["T_comm"]),
+    "B-F-RING-ALLREDUCE-BERT": lambda i: PAR.ring_all_reduce_bytes(i["P"] * i["bytes_per_param"], i["N"]),
+    "O-F-RING-STEPS-64": lambda i: PAR.ring_all_reduce_steps(i["N"]),
 }
 
 

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 from tformer.cost.ledger import Workload
+from tformer.cost.parallel import Layout, parse_zero
 from tformer.interop import load_config as load
 from tformer.machine import resolve_hardware
+from tformer.machine.links import LINKS
 
 
 def add_model_arguments(parser) -> None:
@@ -38,6 +40,29 @@ def add_workload_arguments(parser) -> None:
     parser.add_argument("--hardware", metavar="NAME|FILE", help="device from the spec table, a JSON file, or 'measured'")
     parser.add_argument("--efficiency", type=float, default=1.0, help="fraction of the roofs reached (default 1: ideal)")
     parser.add_argument("--json", action="store_true", help="machine-readable output with exact integers")
+
+
+def add_layout_arguments(parser, devices: bool = True) -> None:
+    """Flags of a layout over several devices (``devices``: False where the command has its own --devices)."""
+    g = parser.add_argument_group("beyond one device (data x tensor x pipeline parallelism, ZeRO)")
+    if devices:
+        g.add_argument("--devices", type=int, default=1, help="devices in all; data parallelism = devices / (tp x pp)")
+    g.add_argument("--zero", default="0", metavar="STAGE",
+                   help="ZeRO stage 0-3, or FSDP's name: no_shard (0), shard_grad_op (2), full_shard (3)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron-LM column/row split)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    g.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step in the pipeline (1F1B)")
+    g.add_argument("--sequence-parallel", action="store_true", help="with --tp: split norms and residuals too")
+    g.add_argument("--link-bandwidth", metavar="GBPS|LINK",
+                   help=f"link between devices, GB/s one way or one of: {', '.join(LINKS)} (default: the device's)")
+
+
+def load_layout(args, config, workload) -> Layout:
+    """The layout the flags describe, checked against the model and workload (one-line errors)."""
+    layout = Layout(devices=args.devices, zero=parse_zero(args.zero), tp=args.tp, pp=args.pp,
+                    micro_batches=args.micro_batches, sequence_parallel=args.sequence_parallel)
+    layout.check(config, workload)
+    return layout
 
 
 def load_config(args):

@@ -4,19 +4,24 @@
 import json
 
 from tformer.cli._cost_common import (
+    add_layout_arguments,
     add_model_arguments,
     add_workload_arguments,
     console,
     load_config,
     load_device,
+    load_layout,
     load_workload,
 )
+from tformer.cli._parallel_print import print_parallel
 from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
+from tformer.cost.parallel import parallel_summary
 from tformer.cost.roofline import roofline
 from tformer.cost.scaling import activation_alternatives
+from tformer.machine.links import link_bandwidth
 
 NAME = "count"
 HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, for a model and workload."
@@ -25,6 +30,7 @@ HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, fo
 def add_arguments(parser) -> None:
     add_model_arguments(parser)
     add_workload_arguments(parser)
+    add_layout_arguments(parser)
     parser.add_argument("--ops", action="store_true", help="print the per-op table")
     parser.add_argument("--convention", choices=["exact", "course"], default="exact",
                         help="course: also show the course assignment's per-layer count beside the exact one")
@@ -40,6 +46,12 @@ def run(args) -> int:
         raise TformerError("--efficiency scales the roofline; give --hardware too")
     alternatives = activation_alternatives(config, workload)
     course = course_flops(lg) if args.convention == "course" else None
+    layout = load_layout(args, config, workload)
+    link, link_source = link_bandwidth(args.link_bandwidth, device)
+    single_s = roof.time_s if roof is not None and not isinstance(roof.time_s, str) else None
+    par = parallel_summary(config, workload, layout, link, single_s,
+                           device.memory_bytes if device is not None else None)
+    par["communication"]["link_source"] = link_source
 
     if args.json:
         out = lg.to_dict(include_ops=True)
@@ -48,6 +60,10 @@ def run(args) -> int:
         if course is not None:
             out["flops"]["course_assignment"] = course
             out["conventions"]["course_assignment"] = _COURSE_NOTE
+        out["memory"]["per_device"] = par["per_device"]
+        for key in ("layout", "communication", "pipeline", "time", "devices_needed"):
+            if key in par:
+                out["parallel_time" if key == "time" else key] = par[key]
         if roof is not None:
             rd = roof.to_dict()
             out["time_s"] = roof.time_s
@@ -57,6 +73,8 @@ def run(args) -> int:
         print(json.dumps(out, indent=1))
         return 0
     _print_tables(lg, roof, alternatives, course, args.ops)
+    if not layout.single or "devices_needed" in par:
+        print_parallel(par, workload)
     return 0
 
 

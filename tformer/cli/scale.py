@@ -5,17 +5,23 @@ import json
 from dataclasses import replace
 
 from tformer.cli._cost_common import (
+    add_layout_arguments,
     add_model_arguments,
     add_workload_arguments,
     console,
     load_config,
     load_device,
+    load_layout,
     load_workload,
 )
+from tformer.cli._parallel_print import print_parallel
 from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.cost import scaling
-from tformer.cost.roofline import COMPUTE_DTYPE
+from tformer.cost.ledger import ledger
+from tformer.cost.parallel import parallel_summary
+from tformer.cost.roofline import COMPUTE_DTYPE, roofline
+from tformer.machine.links import link_bandwidth
 
 NAME = "scale"
 HELP = "What-if table (double d_model, layers, seq, batch or any factor), crossovers, training time and compute-optimal sizes."
@@ -27,10 +33,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--factor", type=float, default=2.0, help="multiply each knob by this (default 2)")
     parser.add_argument("--knobs", default="d_model,n_layers,seq,batch", help="comma-separated: d_model,n_layers,seq,batch")
     parser.add_argument("--train-tokens", type=float, help="training run: tokens to train on (e.g. 3e11)")
-    parser.add_argument("--devices", type=int, default=1, help="training run: number of devices")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="devices: the training run's count, and the layout's (data = devices / (tp x pp))")
     parser.add_argument("--utilization", type=float, default=0.4, help="training run: fraction of peak reached (default 0.4)")
     parser.add_argument("--price", type=float, help="training run: price per device-hour (any currency)")
     parser.add_argument("--budget", type=float, help="compute budget in FLOPs: Kaplan and Chinchilla optimal sizes")
+    add_layout_arguments(parser, devices=False)
 
 
 def run(args) -> int:
@@ -45,13 +53,29 @@ def run(args) -> int:
     if device is not None and config.has_decoder:
         context = workload.decode_context if workload.phase == "decode" else workload.seq - 1
         out["decode_compute_bound_batch"] = scaling.decode_compute_bound_batch(config, context, device, workload.dtype)
+    layout = load_layout(args, config, workload)
+    parallel = None
+    if not layout.single or (device is not None and device.memory_bytes):
+        roof = roofline(ledger(config, workload), device, args.efficiency) if device is not None else None
+        single_s = roof.time_s if roof is not None and not isinstance(roof.time_s, str) else None
+        link, source = link_bandwidth(args.link_bandwidth, device)
+        parallel = parallel_summary(config, workload, layout, link, single_s,
+                                    device.memory_bytes if device is not None else None)
+        parallel["communication"]["link_source"] = source
+        out["parallel"] = parallel
     if args.train_tokens is not None:
         if device is None or not device.peak(COMPUTE_DTYPE[workload.dtype]):
             raise TformerError("--train-tokens needs --hardware with a known peak for the chosen --dtype")
         tw = workload if workload.phase == "train" else _as_train(workload)
+        peak = device.peak(COMPUTE_DTYPE[workload.dtype])
         out["training_run"] = scaling.training_run(
-            config, args.train_tokens, args.devices, args.utilization, device.peak(COMPUTE_DTYPE[workload.dtype]),
+            config, args.train_tokens, args.devices, args.utilization, peak,
             price_per_device_hour=args.price, workload=tw)
+        need = (parallel or {}).get("devices_needed") or {}
+        if need.get("devices"):  # the same run on the fewest devices that hold it
+            out["training_run_at_devices_needed"] = scaling.training_run(
+                config, args.train_tokens, need["devices"], args.utilization, peak,
+                price_per_device_hour=args.price, workload=tw)
     if args.budget is not None:
         out["compute_optimal"] = {"chinchilla_20_tokens_per_param": scaling.chinchilla_optimal(args.budget),
                                   "chinchilla_fit": scaling.chinchilla_optimal_fit(args.budget),
@@ -60,6 +84,8 @@ def run(args) -> int:
         print(json.dumps(out, indent=1, default=str))
         return 0
     _print(out, config, workload, args.factor)
+    if parallel is not None:
+        print_parallel(parallel, workload)
     return 0
 
 
@@ -103,6 +129,13 @@ def _print(out, config, workload, factor) -> None:
                 f"{fmt.duration(r['seconds'])} wall-clock, {r['device_hours']:,.1f} device-hours")
         if "cost" in r:
             line += f", cost {r['cost']:,.2f} (price x device-hours)"
+        con.print(line)
+    if "training_run_at_devices_needed" in out:
+        r = out["training_run_at_devices_needed"]
+        line = (f"on the fewest devices that hold it ({r['devices']:,}): {fmt.duration(r['seconds'])} wall-clock, "
+                f"{r['device_hours']:,.1f} device-hours")
+        if "cost" in r:
+            line += f", cost {r['cost']:,.2f}"
         con.print(line)
     if "compute_optimal" in out:
         for name, v in out["compute_optimal"].items():

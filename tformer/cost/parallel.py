@@ -281,6 +281,28 @@ def zero_model_state_bytes(params: float, devices: int, stage: int, weight_bytes
     return params * (w + g + k)
 
 
+def ring_all_reduce_bytes(nbytes: float, devices: int) -> float:
+    """Bytes each device sends in a ring all-reduce of ``nbytes``: a reduce-scatter then an all-gather,
+    each (N - 1) / N of the buffer (it receives as many)."""
+    return 2 * (devices - 1) / devices * nbytes
+
+
+def ring_all_reduce_steps(devices: int) -> int:
+    """Communication steps of a ring all-reduce: N - 1 for the reduce-scatter, N - 1 for the all-gather."""
+    return 2 * (devices - 1)
+
+
+def data_parallel_efficiency(step_s: float, devices: int, comm_s: float) -> float:
+    """Strong scaling: a fixed batch whose one-device step takes ``step_s`` split over ``devices``, plus an
+    all-reduce of ``comm_s`` not overlapped: (T / N) / (T / N + T_comm)."""
+    return (step_s / devices) / (step_s / devices + comm_s)
+
+
+def devices_for(nbytes: float, device_bytes: float) -> int:
+    """Devices needed to hold ``nbytes`` when it divides evenly: ceil(bytes / memory per device)."""
+    return math.ceil(nbytes / device_bytes)
+
+
 # Activations per device --------------------------------------------------------------------------
 class _Plans:
     """Caches what a layout search asks for many times: the ledger at each micro-batch size, the
@@ -468,25 +490,32 @@ def step_time(single_device_s: float | None, comm_s: float | None, layout: Layou
 
 
 def parallel_summary(config, workload, layout: Layout, link_bandwidth: float | None = None,
-                     single_device_s: float | None = None) -> dict:
-    """The JSON block `tformer count` prints for a layout."""
+                     single_device_s: float | None = None, device_memory: int | None = None) -> dict:
+    """Everything about a layout under the JSON names `tformer count` prints: ``per_device`` (memory),
+    ``communication``, ``pipeline``, ``time``, and ``devices_needed`` when a device's memory is given."""
     plans = _Plans(config, workload)
     mem = per_device(config, workload, layout, plans)
     comm = communication(config, workload, layout, link_bandwidth, plans)
-    return {
+    out = {
         "layout": {"devices": layout.devices, "data_parallel": layout.dp, "tensor_parallel": layout.tp,
                    "pipeline_parallel": layout.pp, "micro_batches": layout.micro_batches, "zero": layout.zero,
                    "sequence_parallel": layout.sequence_parallel, "schedule": layout.schedule,
                    "global_batch": workload.batch * layout.dp, "text": layout.describe()},
-        "memory_per_device": mem,
+        "per_device": mem,
         "communication": comm,
-        "pipeline": {"bubble_fraction": bubble_fraction(layout.pp, layout.micro_batches), "stages": layout.pp},
+        "pipeline": {"stages": layout.pp, "micro_batches": layout.micro_batches,
+                     "bubble_fraction": bubble_fraction(layout.pp, layout.micro_batches)},
         "time": step_time(single_device_s, comm["seconds"], layout),
     }
+    if device_memory:
+        out["devices_needed"] = devices_needed(config, workload, device_memory, zero=layout.zero,
+                                               micro_batches=layout.micro_batches,
+                                               sequence_parallel=layout.sequence_parallel, plans=plans)
+    return out
 
 
 def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_batches: int = 1,
-                   sequence_parallel: bool = False, max_tp: int = MAX_TP) -> dict:
+                   sequence_parallel: bool = False, max_tp: int = MAX_TP, plans: _Plans | None = None) -> dict:
     """The fewest devices of ``memory_bytes`` each that hold the workload, and the layout that does it.
 
     Training: ZeRO stage ``zero`` over the replicas (more replicas shard more with stages 1-3),
@@ -498,7 +527,7 @@ def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_bat
         raise TformerError("devices needed: the device's memory is unknown; name a device with a memory size "
                            "(--hardware h100-sxm) or give a JSON device with memory_bytes")
     best = None
-    plans = _Plans(config, workload)
+    plans = plans or _Plans(config, workload)
     layers = _layer_count(config)
     for tp in (t for t in range(1, max_tp + 1) if not (config.n_heads % t or config.n_kv_heads % t or config.d_ff % t)):
         for pp in range(1, layers + 1):

@@ -248,7 +248,7 @@ def training_run(config, tokens: float, devices: int, utilization: float, peak_f
     seconds = training_time(total, peak_flops, utilization, devices)
     out = {"tokens": tokens, "flops": total, "flops_per_token": per_token,
            "flops_6nd": training_flops_6nd(lg.params["non_embedding"], tokens),
-           "seconds": seconds, "device_hours": seconds * devices / 3600}
+           "devices": devices, "seconds": seconds, "device_hours": seconds * devices / 3600}
     if price_per_device_hour is not None:
         out["cost"] = out["device_hours"] * price_per_device_hour
     return out
