@@ -14,11 +14,15 @@ from safetensors.torch import _remove_duplicate_names
 from tformer.model.blocks import Block
 
 
-def shard(model) -> None:
-    """Shard in place: one FSDP unit per transformer Block (gathered only while it runs), then the root."""
+def shard(model, reshard_after_forward: bool = True) -> None:
+    """Shard in place: one FSDP unit per transformer Block, then the root.
+
+    reshard_after_forward: True frees each Block's gathered weights after its forward and gathers them
+    again for backward (ZeRO-3, FSDP's full_shard); False keeps them whole from forward until backward
+    ends (ZeRO-2, shard_grad_op), one all-gather per step fewer at the cost of whole weights in memory.
+    """
     # deferred: torch.distributed loads only for distributed runs
     from torch.distributed.fsdp import fully_shard
-
 
     # Record which tensors are tied (embedding = output head) while they are still plain tensors:
     # checkpoints store a tied tensor once, under the name safetensors' save_model keeps.
@@ -26,8 +30,9 @@ def shard(model) -> None:
     model._tformer_tied = {kept: list(dropped) for kept, dropped in _remove_duplicate_names(model.state_dict()).items()}
     for module in list(model.modules()):
         if isinstance(module, Block):
-            fully_shard(module)
-    fully_shard(model)  # the rest (embeddings, final norm, head) in one unit, so ties stay inside it
+            fully_shard(module, reshard_after_forward=reshard_after_forward)
+    # the rest (embeddings, final norm, head) in one unit, so ties stay inside it
+    fully_shard(model, reshard_after_forward=reshard_after_forward)
 
 
 def is_sharded(model) -> bool:

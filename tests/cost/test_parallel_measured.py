@@ -1,0 +1,87 @@
+"""The ledger's per-device bytes (tformer.cost.parallel) against a real 2-process torchrun over gloo:
+DDP, FSDP2 full_shard and FSDP2 shard_grad_op on a tiny decoder whose every size is odd, so FSDP's
+ceil-sharding of dim 0 shows. The worker is bench/distributed.py's; bytes only, no timing asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from tformer.core.config import preset
+from tformer.cost.parallel import stage_parameters
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+TINY = ["d_model=27", "n_heads=3", "d_ff=45", "n_layers=1", "vocab_size=67", "max_positions=9"]
+BATCH, SEQ, WORLD = 2, 8, 2
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_distributed", BENCH / "distributed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def measured():
+    bench = _bench()
+    config = preset("char-small").with_overrides(TINY)
+    result = bench.run_workers(WORLD, TINY, BATCH, SEQ, warmup=0, steps=1)
+    return config, result, bench.compare(config, result, BATCH, SEQ), bench
+
+
+def _row(rows, layout, kind):
+    return next(r for r in rows if r["layout"] == layout and r["kind"] == kind)
+
+
+@pytest.mark.parametrize("layout", ["ddp", "full_shard", "shard_grad_op"])
+@pytest.mark.parametrize("kind", ["weights", "gradients", "optimizer"])
+def test_rank_zero_holds_what_the_ledger_predicts(measured, layout, kind):
+    _, result, rows, _ = measured
+    assert result["world"] == WORLD
+    r = _row(rows, layout, kind)
+    assert r["measured"] > 0
+    assert r["measured"] == pytest.approx(r["predicted"], rel=0.01), r
+
+
+def test_shard_grad_op_holds_whole_weights_between_forward_and_backward(measured):
+    _, result, _, _ = measured
+    zero2 = next(m for m in result["layouts"] if m["layout"] == "shard_grad_op")
+    zero3 = next(m for m in result["layouts"] if m["layout"] == "full_shard")
+    assert zero2["weights_after_forward"] > zero2["weights_at_rest"] == zero3["weights_at_rest"]
+    assert zero3["weights_after_forward"] == zero3["weights_at_rest"]  # full_shard frees the gathered copies
+
+
+def test_ddp_hook_payload_is_the_ledgers_all_reduce(measured):
+    _, result, rows, _ = measured
+    ddp = next(m for m in result["layouts"] if m["layout"] == "ddp")
+    assert ddp["collectives"]["all_reduce"] == ddp["gradients"]  # every gradient byte, once per step
+    r = _row(rows, "ddp", "data_parallel_all_reduce")
+    assert r["measured"] == pytest.approx(r["predicted"], rel=0.01), r
+
+
+def test_fsdp_moves_padded_shards(measured):
+    """FSDP2's collectives carry every rank's ceil(rows / N)-row shard: N x the rank-0 shard, not the
+    unpadded parameters; full_shard gathers twice per step (forward, backward), shard_grad_op once."""
+    config, result, _, _ = measured
+    shapes = [s for _, s in stage_parameters(config)[0]]
+    padded = WORLD * sum(math.ceil(s[0] / WORLD) * math.prod(s[1:]) for s in shapes) * 4
+    assert padded > sum(math.prod(s) for s in shapes) * 4  # the odd sizes do pad
+    gathers = {"full_shard": 2, "shard_grad_op": 1}
+    for m in result["layouts"]:
+        if m["layout"] in gathers:
+            assert m["collectives"] == {"all_gather": gathers[m["layout"]] * padded, "reduce_scatter": padded}
+
+
+def test_bench_prints_every_layout_and_the_step_time_block(measured, capsys):
+    config, result, rows, bench = measured
+    times = bench.timing(config, result, 0.01, BATCH, SEQ)
+    assert [t["layout"] for t in times] == ["ddp", "full_shard", "shard_grad_op"]
+    assert all(t["serial_s"] >= t["overlapped_s"] >= 0.01 and t["efficiency"] > 0 for t in times)
+    bench.print_tables(rows, times, 0.01, result)
+    out = capsys.readouterr().out
+    assert "bus bandwidth" in out and "rank 0 of 2" in out
+    assert len([line for line in out.splitlines() if line.split()[:1] == ["ddp"]]) == 5  # 4 byte rows, 1 time row
