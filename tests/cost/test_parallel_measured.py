@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tformer.core.config import preset
-from tformer.cost.parallel import stage_parameters
+from tformer.cost.ledger import Workload
+from tformer.cost.parallel import Layout, per_device, stage_parameters
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 TINY = ["d_model=27", "n_heads=3", "d_ff=45", "n_layers=1", "vocab_size=67", "max_positions=9"]
@@ -85,3 +86,12 @@ def test_bench_prints_every_layout_and_the_step_time_block(measured, capsys):
     out = capsys.readouterr().out
     assert "bus bandwidth" in out and "rank 0 of 2" in out
     assert len([line for line in out.splitlines() if line.split()[:1] == ["ddp"]]) == 5  # 4 byte rows, 1 time row
+
+
+def test_shard_grad_op_keeps_its_shard_as_the_ledger_counts(measured):
+    """At rest a shard_grad_op rank holds only its shard; the ledger counts that shard beside the gathered
+    weights (kept_shard: fp32 has no master copy for it to be)."""
+    config, result, _, _ = measured
+    zero2 = next(m for m in result["layouts"] if m["layout"] == "shard_grad_op")
+    ledger = per_device(config, Workload(phase="train", batch=BATCH, seq=SEQ), Layout(devices=WORLD, zero=2))
+    assert zero2["weights_at_rest"] == ledger["kept_shard"] > 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 from tformer.cli._cost_common import console
 from tformer.core import fmt
 
-_MEMORY_ROWS = ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "total")
+_MEMORY_ROWS = ("weights", "kept_shard", "gathered_layer", "gradients", "optimizer", "activations", "logits",
+                "kv_cache", "total")
 
 
 def print_parallel(par: dict, workload) -> None:

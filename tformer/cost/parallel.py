@@ -325,6 +325,19 @@ class _Plans:
             self._params[tp, pp] = [[shape for _, shape in st] for st in stage_parameters(self.config, tp, pp)]
         return self._params[tp, pp]
 
+    def largest_layer(self, tp: int, pp: int) -> list[int]:
+        """Per stage, the elements of its largest layer (what ZeRO-3 gathers whole while it runs)."""
+        sizes: list[int] = []
+        for st in stage_parameters(self.config, tp, pp):
+            layers: dict[str, int] = {}
+            for name, shape in st:
+                stack, sep, rest = name.partition(".layers.")
+                if sep:
+                    key = stack + "." + rest.split(".")[0]
+                    layers[key] = layers.get(key, 0) + math.prod(shape)
+            sizes.append(max(layers.values(), default=0))
+        return sizes
+
     def activations(self, layout: Layout) -> list[dict]:
         key = (layout.tp, layout.pp, layout.micro_batches, layout.sequence_parallel)
         if key not in self._acts:
@@ -404,8 +417,15 @@ def per_device(config, workload, layout: Layout, plans: _Plans | None = None) ->
     for s, shapes in enumerate(plans.params(layout.tp, layout.pp)):
         whole = sharded_elements(shapes, 1)
         a = acts[s]
+        kept_shard = gathered = 0
         if workload.training:
             weights = sharded_elements(shapes, d if z >= 3 else 1) * per["weights"]
+            if z == 2 and d > 1 and not per["master"]:
+                # FSDP2's shard_grad_op gathers whole weights for forward and backward and keeps its own
+                # shard beside them; with a master copy that shard is the master, counted in the optimizer.
+                kept_shard = sharded_elements(shapes, d) * per["weights"]
+            if z == 3 and d > 1:  # one layer's weights gathered whole while it runs (transient)
+                gathered = plans.largest_layer(layout.tp, layout.pp)[s] * per["weights"]
             gradients = sharded_elements(shapes, d if z >= 2 else 1) * per["gradients"]
             optimizer = sharded_elements(shapes, d if z >= 1 else 1) * (per["master"] + per["moments"])
             n = in_flight(layout, s)
@@ -419,13 +439,12 @@ def per_device(config, workload, layout: Layout, plans: _Plans | None = None) ->
             weights = whole * per["weights"]
             gradients = optimizer = 0
             activations, logits, kv = a["activations"], a["logits"], a["kv_cache"]
-        total = weights + gradients + optimizer + activations + logits + kv
-        rows.append({"stage": s, "params": whole, "weights": weights, "gradients": gradients,
-                     "optimizer": optimizer, "activations": activations, "logits": logits, "kv_cache": kv,
-                     "total": total})
+        total = weights + kept_shard + gathered + gradients + optimizer + activations + logits + kv
+        rows.append({"stage": s, "params": whole, "weights": weights, "kept_shard": kept_shard,
+                     "gathered_layer": gathered, "gradients": gradients, "optimizer": optimizer,
+                     "activations": activations, "logits": logits, "kv_cache": kv, "total": total})
     worst = max(rows, key=lambda r: r["total"])
-    return {**{k: worst[k] for k in ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache",
-                                     "total", "params", "stage")}, "stages": rows}
+    return {**{k: v for k, v in worst.items()}, "stages": rows}
 
 
 def communication(config, workload, layout: Layout, link_bandwidth: float | None = None,
@@ -446,9 +465,12 @@ def communication(config, workload, layout: Layout, link_bandwidth: float | None
         if layout.zero == 0:
             kinds["data_parallel_all_reduce"] = round(2 * share * params * per["gradients"])
         else:
-            kinds["zero_reduce_scatter"] = round(share * params * per["gradients"])
+            # Sharded collectives carry every rank's padded piece (FSDP2: ceil(rows / D) rows of each
+            # tensor), so a rank sends D - 1 pieces the size of rank 0's, not (D - 1) / D of the parameters.
+            piece = max(sharded_elements(shapes, d) for shapes in plans.params(t, p))
+            kinds["zero_reduce_scatter"] = (d - 1) * piece * per["gradients"]
             gathers = 2 if layout.zero == 3 else 1
-            kinds["zero_all_gather"] = round(gathers * share * params * per["weights"])
+            kinds["zero_all_gather"] = gathers * (d - 1) * piece * per["weights"]
     if t > 1:
         blocks = max(_blocks_per_stage(config, p))
         passes = 2 if workload.training else 1  # one all-reduce forward, one backward per block

@@ -37,7 +37,9 @@ def wrap_ddp(model, device: torch.device):
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
+    # Gradients as views into DDP's all-reduce buckets: otherwise every gradient is held twice during
+    # backward (the .grad tensors and the bucket copies), and the ledger's per-device bytes would be short.
+    return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
 
 
 def mean(value: torch.Tensor) -> torch.Tensor:
