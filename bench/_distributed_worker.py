@@ -26,7 +26,7 @@ from tformer.model.runners import runner_for
 from tformer.train import distributed as dist_util
 from tformer.train import fsdp
 
-LAYOUTS = {"ddp": 0, "full_shard": 3, "shard_grad_op": 2}  # name -> ZeRO stage (cost.parallel.parse_zero)
+LAYOUTS = {"ddp": 0, "full_shard": 3, "shard_grad_op": 2}  # name -> ZeRO stage (cost.layout.parse_zero)
 BANDWIDTH_BYTES = 16 << 20
 
 

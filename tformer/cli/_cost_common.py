@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tformer.cost.layout import Layout, parse_zero
 from tformer.cost.ledger import Workload
-from tformer.cost.parallel import Layout, parse_zero
 from tformer.interop import load_config as load
 from tformer.machine import resolve_hardware
 from tformer.machine.links import LINKS

@@ -45,95 +45,16 @@ from dataclasses import dataclass, replace
 
 from tformer.core.errors import TformerError
 from tformer.cost.architecture import Architecture, Linear, describe
+from tformer.cost.layout import MAX_DEVICES, Layout, layer_count
+from tformer.cost.ledger import ledger
 from tformer.cost.memory import optimizer_bytes_per_param
 from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
-ZERO_ALIASES = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}  # FSDP's names for stages 0, 2, 3
 MAX_TP = 8  # tensor parallelism stays inside one node (8 GPUs with NVLink) in the devices-needed search
-MAX_DEVICES = 1 << 20
 
 # Ops whose saved tensors live inside the tensor-parallel region (split by T); the rest are whole
 # on each rank unless sequence parallelism splits them along the sequence.
 _TP_SPLIT_KINDS = {"scores", "softmax", "context", "out_proj", "activation", "ffn_down", "lm_head", "loss"}
-_PIPELINES = ("1f1b", "gpipe")
-
-
-def parse_zero(value) -> int:
-    """0-3, or FSDP's name for one; anything else is one TformerError naming the choices."""
-    text = str(value).strip().lower()
-    if text in ZERO_ALIASES:
-        return ZERO_ALIASES[text]
-    if text in ("0", "1", "2", "3"):
-        return int(text)
-    raise TformerError(f"--zero {value!r} is not a ZeRO stage; choose 0, 1, 2 or 3 "
-                       f"(or FSDP's {', '.join(f'{k} = {v}' for k, v in ZERO_ALIASES.items())})")
-
-
-@dataclass(frozen=True)
-class Layout:
-    devices: int = 1
-    zero: int = 0
-    tp: int = 1
-    pp: int = 1
-    micro_batches: int = 1
-    sequence_parallel: bool = False
-    schedule: str = "1f1b"
-
-    @property
-    def dp(self) -> int:
-        return self.devices // (self.tp * self.pp)
-
-    @property
-    def single(self) -> bool:
-        return self.devices == 1
-
-    def describe(self) -> str:
-        parts = [f"{self.devices} device{'s' if self.devices != 1 else ''}: data {self.dp}"]
-        if self.tp > 1:
-            parts.append(f"tensor {self.tp}{' + sequence' if self.sequence_parallel else ''}")
-        if self.pp > 1:
-            parts.append(f"pipeline {self.pp} ({self.micro_batches} micro-batch{'es' if self.micro_batches != 1 else ''}, {self.schedule})")
-        if self.zero:
-            parts.append(f"ZeRO-{self.zero}")
-        return ", ".join(parts)
-
-    def check(self, config, workload) -> None:
-        """One TformerError naming the first thing about this layout that cannot exist."""
-        for name in ("devices", "tp", "pp", "micro_batches"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                flag = "--" + name.replace("_", "-")
-                raise TformerError(f"{flag} must be a whole number of at least 1, got {value!r}")
-        if self.devices > MAX_DEVICES:
-            raise TformerError(f"--devices {self.devices} is more than {MAX_DEVICES:,}; give a real cluster size")
-        if self.zero not in (0, 1, 2, 3):
-            raise TformerError(f"--zero {self.zero} is not a ZeRO stage; choose 0, 1, 2 or 3")
-        if self.schedule not in _PIPELINES:
-            raise TformerError(f"pipeline schedule {self.schedule!r} is unknown; choose {' or '.join(_PIPELINES)}")
-        if self.devices % (self.tp * self.pp):
-            raise TformerError(f"--devices {self.devices} is not divisible by --tp x --pp = {self.tp * self.pp}; "
-                               "data parallelism is devices / (tp x pp) replicas")
-        layers = _layer_count(config)
-        if self.pp > layers:
-            raise TformerError(f"--pp {self.pp} is more than the model's {layers} layers; use at most {layers} stages")
-        for what, n in (("heads", config.n_heads), ("key/value heads", config.n_kv_heads), ("d_ff", config.d_ff)):
-            if n % self.tp:
-                raise TformerError(f"the model's {n} {what} are not divisible by --tp {self.tp}; "
-                                   f"choose a tensor-parallel size that divides {n}")
-        if self.sequence_parallel and self.tp == 1:
-            raise TformerError("--sequence-parallel splits what tensor parallelism keeps whole; give --tp 2 or more")
-        if workload.batch % self.micro_batches:
-            raise TformerError(f"--batch {workload.batch} is not divisible by --micro-batches {self.micro_batches}; "
-                               "each micro-batch must have the same number of sequences")
-        if self.micro_batches > 1 and self.pp == 1:
-            raise TformerError("--micro-batches splits a batch for a pipeline; give --pp 2 or more")
-        if not workload.training and self.zero:
-            raise TformerError(f"ZeRO shards training state; {workload.phase} holds only weights, so drop --zero "
-                               "(--tp and --pp split the weights for inference)")
-
-
-def _layer_count(config) -> int:
-    return config.n_layers + (config.n_decoder_layers or config.n_layers if config.arch == "encoder-decoder" else 0)
 
 
 # Parameters per device ---------------------------------------------------------------------------
@@ -145,7 +66,7 @@ class _Tensor:
     stage_of: str  # "first:<stack>" | "last:<stack>" | "layer:<index in run order>" | "head"
 
 
-def _tensors(arch: Architecture, tied: bool) -> list[_Tensor]:
+def _tensors(arch: Architecture) -> list[_Tensor]:
     """Every parameter tensor with how tensor parallelism splits it and which stage owns it."""
     out: list[_Tensor] = []
 
@@ -248,7 +169,7 @@ def stage_parameters(config, tp: int = 1, pp: int = 1) -> list[list[tuple[str, t
         index += len(st.layers)
     ranges = _stage_layers(index, pp)
     stages: list[list[tuple[str, tuple[int, ...]]]] = [[] for _ in range(pp)]
-    tensors = _tensors(arch, config.tied_embeddings)
+    tensors = _tensors(arch)
     for t in tensors:
         stages[_stage_index(t.stage_of, stacks, ranges)].append((t.name, _tp_shape(t, tp)))
     head = arch.lm_head.linear if arch.lm_head is not None else (arch.mlm_head.decoder if arch.mlm_head else None)
@@ -311,11 +232,9 @@ class _Plans:
     def __init__(self, config, workload):
         self.config, self.workload = config, workload
         self.order = [(st.name, layer.index) for st in describe(config).stacks for layer in st.layers]
-        self._ledgers, self._params, self._acts = {}, {}, {}
+        self._ledgers, self._params, self._acts, self._largest = {}, {}, {}, {}
 
     def ledger(self, batch: int):
-        from tformer.cost.ledger import ledger  # cost.ledger does not import this module: no cycle
-
         if batch not in self._ledgers:
             self._ledgers[batch] = ledger(self.config, replace(self.workload, batch=batch))
         return self._ledgers[batch]
@@ -327,6 +246,8 @@ class _Plans:
 
     def largest_layer(self, tp: int, pp: int) -> list[int]:
         """Per stage, the elements of its largest layer (what ZeRO-3 gathers whole while it runs)."""
+        if (tp, pp) in self._largest:
+            return self._largest[tp, pp]
         sizes: list[int] = []
         for st in stage_parameters(self.config, tp, pp):
             layers: dict[str, int] = {}
@@ -336,6 +257,7 @@ class _Plans:
                     key = stack + "." + rest.split(".")[0]
                     layers[key] = layers.get(key, 0) + math.prod(shape)
             sizes.append(max(layers.values(), default=0))
+        self._largest[tp, pp] = sizes
         return sizes
 
     def activations(self, layout: Layout) -> list[dict]:
@@ -407,7 +329,9 @@ def bubble_fraction(pp: int, micro_batches: int) -> float:
 # The whole picture --------------------------------------------------------------------------------
 def per_device(config, workload, layout: Layout, plans: _Plans | None = None) -> dict:
     """Memory per device on the fullest stage: weights, gradients, optimizer, activations, logits,
-    KV cache and total; ``stages`` lists every stage."""
+    KV cache and total, plus what FSDP2 holds beside them (``kept_shard``: shard_grad_op's own shard
+    when there is no master copy; ``gathered_layer``: the layer ZeRO-3 gathers whole while it runs);
+    ``stages`` lists every stage."""
     layout.check(config, workload)
     plans = plans or _Plans(config, workload)
     per = optimizer_bytes_per_param(workload)
@@ -550,7 +474,7 @@ def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_bat
                            "(--hardware h100-sxm) or give a JSON device with memory_bytes")
     best = None
     plans = plans or _Plans(config, workload)
-    layers = _layer_count(config)
+    layers = layer_count(config)
     for tp in (t for t in range(1, max_tp + 1) if not (config.n_heads % t or config.n_kv_heads % t or config.d_ff % t)):
         for pp in range(1, layers + 1):
             if workload.batch % micro_batches or (micro_batches > 1 and pp == 1):
