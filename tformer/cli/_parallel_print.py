@@ -42,7 +42,9 @@ def print_parallel(par: dict, workload) -> None:
     if tm["compute_s"] is not None:
         comm_s = fmt.seconds(tm["communication_s"]) if tm["communication_s"] is not None else "unknown"
         line = f"step per device: compute {fmt.seconds(tm['compute_s'])}, communication {comm_s}"
-        if tm["communication_s"] is not None:
+        if not comm["bytes"]:
+            line = f"step per device: compute {fmt.seconds(tm['compute_s'])}, no traffic between devices"
+        elif tm["communication_s"] is not None:
             line += (f"; overlapped {fmt.seconds(tm['overlapped_s'])}, not overlapped {fmt.seconds(tm['serial_s'])}")
         con.print(line)
     need = par.get("devices_needed")
