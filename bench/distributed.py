@@ -26,7 +26,7 @@ from pathlib import Path
 from tformer.core.config import preset
 from tformer.core.errors import TformerError
 from tformer.core.files import read_json
-from tformer.cost.parallel import Layout, communication, per_device, step_time
+from tformer.cost.parallel import Layout, communication, per_device, ring_all_reduce_bytes, step_time
 from tformer.cost.workload import Workload
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,10 +36,10 @@ WORKER = Path(__file__).resolve().parent / "_distributed_worker.py"
 ROOT = Path(__file__).resolve().parents[1]
 # A small decoder whose every size is odd: each tensor's rows split unevenly over 2 or 4 ranks.
 OVERRIDES = ["d_model=75", "n_heads=3", "d_ff=201", "n_layers=2", "vocab_size=67"]
-# worker's counter -> (ledger's communication kind, share of the payload one rank sends in a ring)
-TRAFFIC = {"all_reduce": ("data_parallel_all_reduce", lambda n: 2 * (n - 1) / n),
-           "reduce_scatter": ("zero_reduce_scatter", lambda n: (n - 1) / n),
-           "all_gather": ("zero_all_gather", lambda n: (n - 1) / n)}
+# worker's counter -> (ledger's communication kind, bytes one rank sends in a ring for a payload on N ranks)
+TRAFFIC = {"all_reduce": ("data_parallel_all_reduce", ring_all_reduce_bytes),
+           "reduce_scatter": ("zero_reduce_scatter", lambda payload, n: (n - 1) / n * payload),
+           "all_gather": ("zero_all_gather", lambda payload, n: (n - 1) / n * payload)}
 
 
 def run_workers(nproc: int, overrides: list[str], batch: int, seq: int, warmup: int, steps: int,
@@ -77,8 +77,8 @@ def compare(config, measured: dict, batch: int, seq: int) -> list[dict]:
         for kind in ("weights", "gradients", "optimizer"):
             rows.append({"layout": m["layout"], "kind": kind, "measured": m[kind], "predicted": mem[kind]})
         for counter, payload in m["collectives"].items():
-            ledger_kind, share = TRAFFIC[counter]
-            rows.append({"layout": m["layout"], "kind": ledger_kind, "measured": round(payload * share(n)),
+            ledger_kind, sent = TRAFFIC[counter]
+            rows.append({"layout": m["layout"], "kind": ledger_kind, "measured": round(sent(payload, n)),
                          "predicted": comm.get(ledger_kind, 0), "payload": payload})
     for r in rows:
         r["ratio"] = r["measured"] / r["predicted"] if r["predicted"] else None

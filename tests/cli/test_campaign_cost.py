@@ -23,6 +23,16 @@ def tiny(k, **changes) -> str:
 
 HARDWARE = {"name": "lab-gpu", "peak_flops": {"fp32": 1e12}, "bandwidth": 1e11}
 
+
+def on_hardware(k, command: str, *extra: str) -> list[str]:
+    """``command`` on the tiny model and the lab device, then ``extra``."""
+    return [command, "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), *extra]
+
+
+def training_run(k, *extra: str) -> list[str]:
+    """`tformer scale` pricing a 1e9-token run on the lab device, then ``extra``."""
+    return on_hardware(k, "scale", "--train-tokens", "1e9", *extra)
+
 COUNT = [
     case("count-unknown-preset", "gpt5")(lambda k: ["count", "--preset", "gpt5"]),
     case("count-batch-not-int", "invalid int")(lambda k: ["count", "--batch", "two"]),
@@ -37,11 +47,26 @@ COUNT = [
     case("count-phase-unknown", "invalid choice")(lambda k: ["count", "--phase", "backward"]),
     case("count-dtype-unknown", "invalid choice")(lambda k: ["count", "--dtype", "fp8"]),
     case("count-efficiency-nan", "efficiency")(
-        lambda k: ["count", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--efficiency", "nan"]),
+        lambda k: on_hardware(k, "count", "--efficiency", "nan")),
     case("count-efficiency-inf", "efficiency")(
-        lambda k: ["count", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--efficiency", "inf"]),
+        lambda k: on_hardware(k, "count", "--efficiency", "inf")),
     case("count-efficiency-negative", "efficiency")(
-        lambda k: ["count", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--efficiency", "-0.5"]),
+        lambda k: on_hardware(k, "count", "--efficiency", "-0.5")),
+    # Layouts beyond one device (issue 22): each impossible one is one line naming the flag.
+    case("count-tp-zero", "--tp")(lambda k: ["count", "--config", tiny(k), "--phase", "train", "--tp", "0"]),
+    case("count-devices-not-divisible", "divisible")(
+        lambda k: ["count", "--config", tiny(k), "--phase", "train", "--devices", "3", "--tp", "2"]),
+    case("count-pp-beyond-layers", "--pp")(
+        lambda k: ["count", "--config", tiny(k), "--phase", "train", "--devices", "64", "--pp", "64"]),
+    case("count-zero-stage-four", "--zero")(lambda k: ["count", "--config", tiny(k), "--phase", "train", "--zero", "4"]),
+    case("count-zero-inference", "drop --zero")(
+        lambda k: ["count", "--config", tiny(k), "--devices", "2", "--zero", "full_shard"]),
+    case("count-micro-batches-no-pipeline", "--pp")(
+        lambda k: ["count", "--config", tiny(k), "--phase", "train", "--batch", "4", "--micro-batches", "2"]),
+    case("count-link-bandwidth-word", "--link-bandwidth")(
+        lambda k: ["count", "--config", tiny(k), "--devices", "2", "--link-bandwidth", "fast"]),
+    case("count-link-bandwidth-nan", "--link-bandwidth")(
+        lambda k: ["count", "--config", tiny(k), "--devices", "2", "--link-bandwidth", "nan"]),
     case("count-efficiency-no-hardware", "--hardware")(
         lambda k: ["count", "--config", tiny(k), "--efficiency", "0.5"]),
     case("count-config-missing", "does not exist")(lambda k: ["count", "--config", str(k.dir / "nope.json")]),
@@ -96,19 +121,15 @@ SCALE = [
     case("scale-train-tokens-no-hardware", "--hardware")(
         lambda k: ["scale", "--config", tiny(k), "--train-tokens", "1e12"]),
     case("scale-train-tokens-negative", "tokens")(
-        lambda k: ["scale", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--train-tokens", "-5"]),
+        lambda k: on_hardware(k, "scale", "--train-tokens", "-5")),
     case("scale-devices-zero", "devices")(
-        lambda k: ["scale", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--train-tokens", "1e9",
-                   "--devices", "0"]),
+        lambda k: training_run(k, "--devices", "0")),
     case("scale-utilization-nan", "utilization")(
-        lambda k: ["scale", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--train-tokens", "1e9",
-                   "--utilization", "nan"]),
+        lambda k: training_run(k, "--utilization", "nan")),
     case("scale-utilization-above-one", "utilization")(
-        lambda k: ["scale", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--train-tokens", "1e9",
-                   "--utilization", "3"]),
+        lambda k: training_run(k, "--utilization", "3")),
     case("scale-price-negative", "price")(
-        lambda k: ["scale", "--config", tiny(k), "--hardware", k.json("hw.json", HARDWARE), "--train-tokens", "1e9",
-                   "--price", "-2"]),
+        lambda k: training_run(k, "--price", "-2")),
     case("scale-config-truncated", "not valid JSON")(
         lambda k: ["scale", "--config", k.text("cut.json", json.dumps(TINY)[:20])]),
 ]

@@ -15,7 +15,7 @@ from tformer.core.config import preset
 from tformer.core.errors import TformerError
 from tformer.cost import parallel as P
 from tformer.cost.layout import parse_zero
-from tformer.cost.ledger import Workload
+from tformer.cost.ledger import Workload, ledger
 from tformer.model import build
 
 GB = 1e9
@@ -104,6 +104,19 @@ def test_zero_shards_follow_fsdp2s_dim0_chunks(stage):
                                                 "activations", "logits", "kv_cache"))
     assert mem["gradients"] == 4 * (chunk if stage >= 2 else whole)
     assert mem["optimizer"] == 8 * (chunk if stage >= 1 else whole)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert-base", "t5-small"])
+@pytest.mark.parametrize("phase, checkpointing", [("train", False), ("train", True), ("forward", False)])
+def test_one_device_is_the_ledgers_own_memory(name, phase, checkpointing):
+    """The layout of one device must give what the single-device ledger already says, part by part,
+    pre-LN (GPT-2), post-LN (BERT) and encoder-decoder (T5), with and without checkpointing."""
+    config = preset(name)
+    w = Workload(phase=phase, batch=2, seq=64, checkpointing=checkpointing)
+    mine = P.per_device(config, w, P.Layout())
+    theirs = ledger(config, w).memory
+    for key in ("weights", "gradients", "optimizer", "activations", "logits", "kv_cache", "total"):
+        assert mine[key] == theirs[key], key
 
 
 def _one_layer_activations(tp: int, sp: bool, layers: int) -> int:
@@ -200,6 +213,8 @@ def test_devices_needed_is_the_smallest_that_fits():
     train = Workload(phase="train", batch=1, seq=128, dtype="bf16", mixed_precision=True, checkpointing=True)
     small, big = (P.devices_needed(preset("gpt2"), train, m, zero=3)["devices"] for m in (0.5e9, 4e9))
     assert small > big >= 1
+    # Micro-batches only matter to a pipeline: a batch they do not divide still fits without one.
+    assert P.devices_needed(preset("gpt2"), train, 4e9, zero=3, micro_batches=4)["devices"] == big
     none = P.devices_needed(preset("gpt2"), Workload(phase="train", batch=64, seq=1024), 1e6, zero=3)
     assert none["devices"] is None and "activations" in none["reason"]
 

@@ -125,18 +125,17 @@ def _print(out, config, workload, factor) -> None:
             con.print(f"decode compute-bound batch: {d.get('batch') or 'never'} — {d.get('reason', '')}")
     if "training_run" in out:
         r = out["training_run"]
-        line = (f"training on {r['tokens']:.4g} tokens: {fmt.flops(int(r['flops']))} (6ND rule {r['flops_6nd']:.4g} FLOPs), "
-                f"{fmt.duration(r['seconds'])} wall-clock, {r['device_hours']:,.1f} device-hours")
-        if "cost" in r:
-            line += f", cost {r['cost']:,.2f} (price x device-hours)"
-        con.print(line)
+        con.print(f"training on {r['tokens']:.4g} tokens: {fmt.flops(int(r['flops']))} (6ND rule "
+                  f"{r['flops_6nd']:.4g} FLOPs), {_run_cost(r)}")
     if "training_run_at_devices_needed" in out:
         r = out["training_run_at_devices_needed"]
-        line = (f"on the fewest devices that hold it ({r['devices']:,}): {fmt.duration(r['seconds'])} wall-clock, "
-                f"{r['device_hours']:,.1f} device-hours")
-        if "cost" in r:
-            line += f", cost {r['cost']:,.2f}"
-        con.print(line)
+        con.print(f"on the fewest devices that hold it: {_run_cost(r)}")
     if "compute_optimal" in out:
         for name, v in out["compute_optimal"].items():
             con.print(f"{name}: N = {v['params']:.4g} params, D = {v['tokens']:.4g} tokens ({v['rule']})")
+
+
+def _run_cost(r: dict) -> str:
+    """A training run's wall-clock time, device-hours and (with a price) cost, in one phrase."""
+    line = f"{r['devices']:,} device(s), {fmt.duration(r['seconds'])} wall-clock, {r['device_hours']:,.1f} device-hours"
+    return line + (f", cost {r['cost']:,.2f} (price x device-hours)" if "cost" in r else "")

@@ -69,7 +69,8 @@ class Layout:
                                "data parallelism is devices / (tp x pp) replicas")
         layers = layer_count(config)
         if self.pp > layers:
-            raise TformerError(f"--pp {self.pp} is more than the model's {layers} layers; use at most {layers} stages")
+            raise TformerError(f"--pp {self.pp} is more than the model's {layers} layer{'s' if layers != 1 else ''}; "
+                               f"use at most {layers} stage{'s' if layers != 1 else ''}")
         for what, n in (("heads", config.n_heads), ("key/value heads", config.n_kv_heads), ("d_ff", config.d_ff)):
             if n % self.tp:
                 raise TformerError(f"the model's {n} {what} are not divisible by --tp {self.tp}; "

@@ -58,64 +58,78 @@ _TP_SPLIT_KINDS = {"scores", "softmax", "context", "out_proj", "activation", "ff
 
 
 # Parameters per device ---------------------------------------------------------------------------
+# How tensor parallelism cuts a Linear's tensors: (weight, bias) -> "rows" (dim 0), "cols" (dim 1), "whole".
+_LINEAR_SPLITS = {"column": ("rows", "rows"), "row": ("cols", "whole"), "vocab": ("rows", "rows"),
+                  "whole": ("whole", "whole")}
+
+
 @dataclass(frozen=True)
 class _Tensor:
     name: str
     shape: tuple[int, ...]
-    split: str  # "rows" (split dim 0: column-parallel, vocabulary), "cols" (row-parallel weight), "whole"
-    stage_of: str  # "first:<stack>" | "last:<stack>" | "layer:<index in run order>" | "head"
+    split: str  # "rows", "cols" or "whole" (see _LINEAR_SPLITS)
+    anchor: int | None  # the layer (in run order) it sits with; None: the heads, on the last stage
+    in_layer: bool = False  # a layer's own tensor (ZeRO-3 gathers these one layer at a time)
+
+    def tp_shape(self, tp: int) -> tuple[int, ...]:
+        if self.split == "rows":
+            return (math.ceil(self.shape[0] / tp),) + self.shape[1:]
+        if self.split == "cols":
+            return (self.shape[0], math.ceil(self.shape[1] / tp)) + self.shape[2:]
+        return self.shape
+
+
+def _spans(arch: Architecture) -> dict[str, range]:
+    """Each stack's layers as indices in run order (encoder layers, then decoder layers)."""
+    spans, start = {}, 0
+    for st in arch.stacks:
+        spans[st.name] = range(start, start + len(st.layers))
+        start += len(st.layers)
+    return spans
 
 
 def _tensors(arch: Architecture) -> list[_Tensor]:
-    """Every parameter tensor with how tensor parallelism splits it and which stage owns it."""
+    """Every parameter tensor with how tensor parallelism splits it and the layer it sits with: a
+    stack's tables and embedding norm with its first layer, its final norm with its last."""
+    spans = _spans(arch)
     out: list[_Tensor] = []
 
-    def linear(spec: Linear | None, parallel: str, where: str) -> None:
-        if spec is None:
-            return
-        for name, shape in spec.parameters().items():
-            is_bias = name.endswith(".bias")
-            if parallel == "column":
-                split = "rows"
-            elif parallel == "row":
-                split = "whole" if is_bias else "cols"
-            elif parallel == "vocab":
-                split = "rows"
-            else:
-                split = "whole"
-            out.append(_Tensor(name, shape, split, where))
+    def linear(spec: Linear | None, parallel: str, anchor: int | None, in_layer: bool = False) -> None:
+        if spec is not None:
+            weight_split, bias_split = _LINEAR_SPLITS[parallel]
+            out.extend(_Tensor(n, s, bias_split if n.endswith(".bias") else weight_split, anchor, in_layer)
+                       for n, s in spec.parameters().items())
 
-    def whole(part, where: str) -> None:
+    def whole(part, anchor: int | None, in_layer: bool = False) -> None:
         if part is not None:
-            out.extend(_Tensor(n, s, "whole", where) for n, s in part.parameters().items())
+            out.extend(_Tensor(n, s, "whole", anchor, in_layer) for n, s in part.parameters().items())
 
-    first = arch.stacks[0].name
-    out.append(_Tensor(arch.tok_embed.path + ".weight", arch.tok_embed.shape, "rows", "first:" + first))
-    whole(arch.type_embed, "first:" + first)
-    index = 0
+    first = spans[arch.stacks[0].name].start
+    out.append(_Tensor(arch.tok_embed.path + ".weight", arch.tok_embed.shape, "rows", first))
+    whole(arch.type_embed, first)
     for st in arch.stacks:
-        whole(st.positions.table, "first:" + st.name)
-        whole(st.embed_norm, "first:" + st.name)
+        span = spans[st.name]
+        whole(st.positions.table, span.start)
+        whole(st.embed_norm, span.start)
         for layer in st.layers:
-            where = f"layer:{index}"
+            i = span[layer.index]
             for att in layer.attention:
-                whole(att.norm, where)
+                whole(att.norm, i, True)
                 for lin in (att.q, att.k, att.v):
-                    linear(lin, "column", where)
-                linear(att.o, "row", where)
-            whole(layer.mlp.norm, where)
-            linear(layer.mlp.up, "column", where)
-            linear(layer.mlp.gate, "column", where)
-            linear(layer.mlp.down, "row", where)
-            index += 1
-        whole(st.final_norm, "last:" + st.name)
-    linear(arch.pooler, "whole", "head")
+                    linear(lin, "column", i, True)
+                linear(att.o, "row", i, True)
+            whole(layer.mlp.norm, i, True)
+            linear(layer.mlp.up, "column", i, True)
+            linear(layer.mlp.gate, "column", i, True)
+            linear(layer.mlp.down, "row", i, True)
+        whole(st.final_norm, span[-1])
+    linear(arch.pooler, "whole", None)
     if arch.mlm_head is not None:
-        linear(arch.mlm_head.dense, "whole", "head")
-        whole(arch.mlm_head.norm, "head")
-        linear(arch.mlm_head.decoder, "vocab", "head")
+        linear(arch.mlm_head.dense, "whole", None)
+        whole(arch.mlm_head.norm, None)
+        linear(arch.mlm_head.decoder, "vocab", None)
     if arch.lm_head is not None:
-        linear(arch.lm_head.linear, "vocab", "head")
+        linear(arch.lm_head.linear, "vocab", None)
     return out
 
 
@@ -130,56 +144,34 @@ def _stage_layers(n_layers: int, pp: int) -> list[range]:
     return ranges
 
 
-def _stage_index(where: str, stacks: dict[str, tuple[int, int]], ranges: list[range]) -> int:
-    def stage_of_layer(i: int) -> int:
-        return next(s for s, r in enumerate(ranges) if i in r)
-
-    kind, _, arg = where.partition(":")
-    if kind == "layer":
-        return stage_of_layer(int(arg))
-    if kind == "first":
-        return stage_of_layer(stacks[arg][0])
-    if kind == "last":
-        return stage_of_layer(stacks[arg][1])
-    return len(ranges) - 1  # heads
+def _stage_of(anchor: int | None, ranges: list[range]) -> int:
+    """The stage holding layer ``anchor`` (None: the heads, on the last stage)."""
+    if anchor is None:
+        return len(ranges) - 1
+    return next(s for s, r in enumerate(ranges) if anchor in r)
 
 
-def _tp_elements(t: _Tensor, tp: int) -> int:
-    if t.split == "rows":
-        return math.ceil(t.shape[0] / tp) * math.prod(t.shape[1:])
-    if t.split == "cols":
-        return t.shape[0] * math.ceil(t.shape[1] / tp) * math.prod(t.shape[2:])
-    return math.prod(t.shape)
-
-
-def _tp_shape(t: _Tensor, tp: int) -> tuple[int, ...]:
-    if t.split == "rows":
-        return (math.ceil(t.shape[0] / tp),) + t.shape[1:]
-    if t.split == "cols":
-        return (t.shape[0], math.ceil(t.shape[1] / tp)) + t.shape[2:]
-    return t.shape
+def _stage_tensors(config, tp: int, pp: int) -> list[list[tuple[_Tensor, tuple[int, ...]]]]:
+    """Per pipeline stage, each tensor one tensor-parallel rank holds and its shape there."""
+    arch = describe(config)
+    ranges = _stage_layers(layer_count(config), pp)
+    stages: list[list[tuple[_Tensor, tuple[int, ...]]]] = [[] for _ in range(pp)]
+    tensors = _tensors(arch)
+    for t in tensors:
+        stages[_stage_of(t.anchor, ranges)].append((t, t.tp_shape(tp)))
+    head = arch.lm_head.linear if arch.lm_head is not None else (arch.mlm_head.decoder if arch.mlm_head else None)
+    table = tensors[0]  # the token table
+    if head is not None and head.tied and _stage_of(table.anchor, ranges) != pp - 1:
+        # The last stage computes the logits with its own copy of the tied table (Megatron-LM's way;
+        # the two copies' gradients are summed between the first and last stage).
+        copy = replace(table, name=table.name + " (tied copy)", anchor=None)
+        stages[-1].append((copy, copy.tp_shape(tp)))
+    return stages
 
 
 def stage_parameters(config, tp: int = 1, pp: int = 1) -> list[list[tuple[str, tuple[int, ...]]]]:
     """Per pipeline stage, the (name, shape) of every parameter tensor one tensor-parallel rank holds."""
-    arch = describe(config)
-    stacks, index = {}, 0
-    for st in arch.stacks:
-        stacks[st.name] = (index, index + len(st.layers) - 1)
-        index += len(st.layers)
-    ranges = _stage_layers(index, pp)
-    stages: list[list[tuple[str, tuple[int, ...]]]] = [[] for _ in range(pp)]
-    tensors = _tensors(arch)
-    for t in tensors:
-        stages[_stage_index(t.stage_of, stacks, ranges)].append((t.name, _tp_shape(t, tp)))
-    head = arch.lm_head.linear if arch.lm_head is not None else (arch.mlm_head.decoder if arch.mlm_head else None)
-    if head is not None and head.tied and pp > 1:
-        # The last stage computes the logits with its own copy of the tied table (Megatron-LM's way;
-        # the two copies' gradients are summed between the first and last stage).
-        table = next(t for t in tensors if t.name == arch.tok_embed.path + ".weight")
-        if _stage_index(table.stage_of, stacks, ranges) != pp - 1:
-            stages[-1].append((table.name + " (tied copy)", _tp_shape(table, tp)))
-    return stages
+    return [[(t.name, shape) for t, shape in st] for st in _stage_tensors(config, tp, pp)]
 
 
 def sharded_elements(shapes, shards: int) -> int:
@@ -231,34 +223,40 @@ class _Plans:
 
     def __init__(self, config, workload):
         self.config, self.workload = config, workload
-        self.order = [(st.name, layer.index) for st in describe(config).stacks for layer in st.layers]
-        self._ledgers, self._params, self._acts, self._largest = {}, {}, {}, {}
+        self.arch = describe(config)
+        self.spans = _spans(self.arch)
+        self.n_layers = layer_count(config)
+        self._ledgers, self._tensors, self._acts = {}, {}, {}
 
     def ledger(self, batch: int):
         if batch not in self._ledgers:
             self._ledgers[batch] = ledger(self.config, replace(self.workload, batch=batch))
         return self._ledgers[batch]
 
+    def tensors(self, tp: int, pp: int) -> list[list[tuple[_Tensor, tuple[int, ...]]]]:
+        if (tp, pp) not in self._tensors:
+            self._tensors[tp, pp] = _stage_tensors(self.config, tp, pp)
+        return self._tensors[tp, pp]
+
     def params(self, tp: int, pp: int) -> list[list[tuple[int, ...]]]:
-        if (tp, pp) not in self._params:
-            self._params[tp, pp] = [[shape for _, shape in st] for st in stage_parameters(self.config, tp, pp)]
-        return self._params[tp, pp]
+        """Per stage, the shapes one tensor-parallel rank holds."""
+        return [[shape for _, shape in st] for st in self.tensors(tp, pp)]
 
     def largest_layer(self, tp: int, pp: int) -> list[int]:
         """Per stage, the elements of its largest layer (what ZeRO-3 gathers whole while it runs)."""
-        if (tp, pp) in self._largest:
-            return self._largest[tp, pp]
-        sizes: list[int] = []
-        for st in stage_parameters(self.config, tp, pp):
-            layers: dict[str, int] = {}
-            for name, shape in st:
-                stack, sep, rest = name.partition(".layers.")
-                if sep:
-                    key = stack + "." + rest.split(".")[0]
-                    layers[key] = layers.get(key, 0) + math.prod(shape)
+        sizes = []
+        for st in self.tensors(tp, pp):
+            layers: dict[int, int] = {}
+            for t, shape in st:
+                if t.in_layer:
+                    layers[t.anchor] = layers.get(t.anchor, 0) + math.prod(shape)
             sizes.append(max(layers.values(), default=0))
-        self._largest[tp, pp] = sizes
         return sizes
+
+    def blocks(self, pp: int) -> list[int]:
+        """Per stage, its attention and MLP blocks (each ends in one tensor-parallel all-reduce)."""
+        per_layer = [len(layer.attention) + 1 for st in self.arch.stacks for layer in st.layers]
+        return [sum(per_layer[i] for i in r) for r in _stage_layers(self.n_layers, pp)]
 
     def activations(self, layout: Layout) -> list[dict]:
         key = (layout.tp, layout.pp, layout.micro_batches, layout.sequence_parallel)
@@ -266,33 +264,33 @@ class _Plans:
             self._acts[key] = self._activations(layout)
         return self._acts[key]
 
-    def _stage_of(self, op, ranges: list[range]) -> int:
-        """The stage running ``op``: its layer's; a stack's embeddings sit with its first layer and its
-        final norm with its last; the heads and the loss on the last stage."""
+    def _anchor(self, op) -> int | None:
+        """The layer ``op`` runs with, as _tensors places the tensors: its own; a stack's embeddings with
+        its first layer, its final norm with its last; None for the heads and the loss."""
         if op.layer is not None:
-            i = self.order.index((op.stack, op.layer))
-        elif op.stack and (op.kind in ("embedding", "position") or op.name.endswith(".embed_norm")):
-            i = self.order.index((op.stack, 0))
-        elif op.stack and op.name.endswith(".final_norm"):
-            i = max(j for j, (st, _) in enumerate(self.order) if st == op.stack)
-        else:
-            return len(ranges) - 1
-        return next(s for s, r in enumerate(ranges) if i in r)
+            return self.spans[op.stack][op.layer]
+        if op.stack and (op.kind in ("embedding", "position") or op.name.endswith(".embed_norm")):
+            return self.spans[op.stack].start
+        if op.stack and op.name.endswith(".final_norm"):
+            return self.spans[op.stack][-1]
+        return None
 
     def _activations(self, layout: Layout) -> list[dict]:
-        """Per stage, for one micro-batch: activation bytes kept (training) or the largest working set
-        (inference), each layer's input, the largest layer's kept bytes, KV cache and logits."""
+        """Per stage, for one micro-batch: activation bytes kept (training; ``outside_layers`` the part no
+        layer owns) or the largest working set (inference), each layer's input, the largest layer's kept
+        bytes, KV cache and logits."""
         w = self.workload
         lg = self.ledger(w.batch // layout.micro_batches)
         tp, sp = layout.tp, layout.sequence_parallel
-        ranges = _stage_layers(len(self.order), layout.pp)
-        stages = [{"activations": 0, "layer_inputs": 0, "largest_layer": 0, "kv_cache": 0, "logits": 0}
-                  for _ in range(layout.pp)]
-        per_layer: dict[tuple[str, int], int] = {}
-        inputs_seen: set[tuple[str, int]] = set()
+        ranges = _stage_layers(self.n_layers, layout.pp)
+        stages = [{"activations": 0, "outside_layers": 0, "layer_inputs": 0, "largest_layer": 0, "kv_cache": 0,
+                   "logits": 0} for _ in range(layout.pp)]
+        per_layer: dict[int, int] = {}
+        inputs_seen: set[int] = set()
         for op in lg.select(phase="forward"):
             split = tp if (op.kind in _TP_SPLIT_KINDS or sp) else 1
-            st = stages[self._stage_of(op, ranges)]
+            anchor = self._anchor(op)
+            st = stages[_stage_of(anchor, ranges)]
             st["kv_cache"] += op.cache_bytes // tp  # K and V heads are split by T
             if op.kind == "lm_head" or op.name == "mlm_head.decoder":
                 st["logits"] += -(-op.bytes_written // tp)
@@ -302,15 +300,17 @@ class _Plans:
                 continue
             kept = -(-op.saved_bytes // split)
             st["activations"] += kept
-            if op.layer is not None:
-                key = (op.stack, op.layer)
-                per_layer[key] = per_layer.get(key, 0) + kept
-                if op.kind == "norm" and key not in inputs_seen:  # the layer's input: its first norm's size
-                    inputs_seen.add(key)
+            if op.layer is None:
+                st["outside_layers"] += kept
+            else:
+                # A layer's input is the size of its first norm's output (rows x d, pre- or post-LN alike).
+                if op.kind == "norm" and anchor not in inputs_seen:
+                    inputs_seen.add(anchor)
                     st["layer_inputs"] += -(-op.bytes_written // (tp if sp else 1))
-        for key, kept in per_layer.items():
-            s = next(i for i, r in enumerate(ranges) if self.order.index(key) in r)
-            stages[s]["largest_layer"] = max(stages[s]["largest_layer"], kept)
+                per_layer[anchor] = per_layer.get(anchor, 0) + kept
+        for anchor, kept in per_layer.items():
+            st = stages[_stage_of(anchor, ranges)]
+            st["largest_layer"] = max(st["largest_layer"], kept)
         return stages
 
 
@@ -353,8 +353,9 @@ def per_device(config, workload, layout: Layout, plans: _Plans | None = None) ->
             gradients = sharded_elements(shapes, d if z >= 2 else 1) * per["gradients"]
             optimizer = sharded_elements(shapes, d if z >= 1 else 1) * (per["master"] + per["moments"])
             n = in_flight(layout, s)
-            if workload.checkpointing:  # each layer's input per micro-batch in flight, one layer rebuilt
-                activations = a["layer_inputs"] * n + a["largest_layer"]
+            if workload.checkpointing:  # per micro-batch in flight each layer's input (and what no layer
+                # recomputes: embeddings, head, loss); one layer rebuilt at a time
+                activations = (a["layer_inputs"] + a["outside_layers"]) * n + a["largest_layer"]
             else:
                 activations = a["activations"] * n
             logits = a["logits"] * n
@@ -368,7 +369,7 @@ def per_device(config, workload, layout: Layout, plans: _Plans | None = None) ->
                      "gathered_layer": gathered, "gradients": gradients, "optimizer": optimizer,
                      "activations": activations, "logits": logits, "kv_cache": kv, "total": total})
     worst = max(rows, key=lambda r: r["total"])
-    return {**{k: v for k, v in worst.items()}, "stages": rows}
+    return {**worst, "stages": rows}
 
 
 def communication(config, workload, layout: Layout, link_bandwidth: float | None = None,
@@ -385,9 +386,8 @@ def communication(config, workload, layout: Layout, link_bandwidth: float | None
     act = rows_per_micro * config.d_model * a
     kinds: dict[str, int] = {}
     if workload.training and d > 1:
-        share = (d - 1) / d
         if layout.zero == 0:
-            kinds["data_parallel_all_reduce"] = round(2 * share * params * per["gradients"])
+            kinds["data_parallel_all_reduce"] = round(ring_all_reduce_bytes(params * per["gradients"], d))
         else:
             # Sharded collectives carry every rank's padded piece (FSDP2: ceil(rows / D) rows of each
             # tensor), so a rank sends D - 1 pieces the size of rank 0's, not (D - 1) / D of the parameters.
@@ -396,10 +396,10 @@ def communication(config, workload, layout: Layout, link_bandwidth: float | None
             gathers = 2 if layout.zero == 3 else 1
             kinds["zero_all_gather"] = gathers * (d - 1) * piece * per["weights"]
     if t > 1:
-        blocks = max(_blocks_per_stage(config, p))
+        blocks = max(plans.blocks(p))
         passes = 2 if workload.training else 1  # one all-reduce forward, one backward per block
         embed = 1  # the vocabulary-parallel embedding's forward all-reduce (first stage)
-        kinds["tensor_parallel_all_reduce"] = round(2 * (t - 1) / t * act * m * (blocks * passes + embed))
+        kinds["tensor_parallel_all_reduce"] = round(ring_all_reduce_bytes(act * m * (blocks * passes + embed), t))
     if p > 1:
         directions = 2 if workload.training else 1  # activations forward, their gradients back
         kinds["pipeline_send"] = act * m * directions
@@ -414,13 +414,6 @@ def _tokens_per_sequence(config, workload) -> int:
     if workload.phase == "decode":
         return 1
     return max(workload.seq, workload.seq_decoder or 0)
-
-
-def _blocks_per_stage(config, pp: int) -> list[int]:
-    """Attention and MLP blocks (each ends in one tensor-parallel all-reduce) per stage."""
-    arch = describe(config)
-    per_layer = [len(layer.attention) + 1 for st in arch.stacks for layer in st.layers]
-    return [sum(per_layer[i] for i in r) for r in _stage_layers(len(per_layer), pp)]
 
 
 def step_time(single_device_s: float | None, comm_s: float | None, layout: Layout) -> dict:
@@ -477,10 +470,11 @@ def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_bat
     layers = layer_count(config)
     for tp in (t for t in range(1, max_tp + 1) if not (config.n_heads % t or config.n_kv_heads % t or config.d_ff % t)):
         for pp in range(1, layers + 1):
-            if workload.batch % micro_batches or (micro_batches > 1 and pp == 1):
+            m = micro_batches if pp > 1 else 1  # micro-batches only matter to a pipeline
+            if workload.batch % m:
                 continue
             sp = sequence_parallel and tp > 1
-            base = Layout(tp * pp, zero if workload.training else 0, tp, pp, micro_batches if pp > 1 else 1, sp)
+            base = Layout(tp * pp, zero if workload.training else 0, tp, pp, m, sp)
             if best is not None and base.devices > best[0].devices:
                 break  # more stages only add devices
             fits = _smallest_dp(config, workload, base, memory_bytes, plans)
@@ -507,14 +501,18 @@ def _smallest_dp(config, workload, base: Layout, memory_bytes: int, plans: _Plan
     def total(dp: int) -> int:
         return per_device(config, workload, replace(base, devices=base.tp * base.pp * dp), plans)["total"]
 
+    one = total(1)
+    if one <= memory_bytes:
+        return base, one
     if not workload.training or base.zero == 0:
-        t = total(1)
-        return (base, t) if t <= memory_bytes else None
+        return None
     cap = MAX_DEVICES // (base.tp * base.pp)
     if total(cap) > memory_bytes:
         return None
-    lo, hi = 1, cap
-    while lo < hi:  # per-device memory never grows with more replicas: the smallest that fits
+    lo, hi = 2, cap
+    # From 2 replicas on, per-device memory never grows with more of them (at 2, ZeRO adds what FSDP2
+    # holds beside the shards: shard_grad_op's own shard, ZeRO-3's gathered layer): the smallest that fits.
+    while lo < hi:
         mid = (lo + hi) // 2
         if total(mid) <= memory_bytes:
             hi = mid
