@@ -67,6 +67,10 @@ COUNT = [
         lambda k: ["count", "--config", tiny(k), "--devices", "2", "--link-bandwidth", "fast"]),
     case("count-link-bandwidth-nan", "--link-bandwidth")(
         lambda k: ["count", "--config", tiny(k), "--devices", "2", "--link-bandwidth", "nan"]),
+    case("count-link-latency-negative", "--link-latency")(
+        lambda k: ["scale", "--config", tiny(k), "--phase", "train", "--devices", "2", "--link-latency", "-5"]),
+    case("count-link-latency-inf", "--link-latency")(
+        lambda k: ["count", "--config", tiny(k), "--devices", "2", "--link-latency", "inf"]),
     case("count-efficiency-no-hardware", "--hardware")(
         lambda k: ["count", "--config", tiny(k), "--efficiency", "0.5"]),
     case("count-config-missing", "does not exist")(lambda k: ["count", "--config", str(k.dir / "nope.json")]),

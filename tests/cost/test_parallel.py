@@ -177,6 +177,27 @@ def test_traffic_per_device():
     assert pp["seconds"] == pytest.approx(pp["total_bytes"] / 1e9)
 
 
+def test_collective_calls_and_the_alpha_beta_time():
+    """Seconds = bytes / bandwidth + calls x latency; calls as DDP buckets and FSDP wraps them."""
+    assert [P.ddp_buckets(b) for b in (4, 1 << 20, (1 << 20) + 1, 26 << 20, (26 << 20) + 1)] == [1, 1, 2, 2, 3]
+    config = _odd_config()  # 5 layers, tied
+    w = Workload(phase="train", batch=4, seq=16)
+    bw, lat = 2e9, 30e-6
+    cases = {P.Layout(devices=4): {"data_parallel_all_reduce": 1},
+             P.Layout(devices=4, zero=3): {"zero_reduce_scatter": 6, "zero_all_gather": 12},
+             P.Layout(devices=4, zero=1): {"zero_reduce_scatter": 6, "zero_all_gather": 6},
+             # 3 stages of 2, 2, 1 layers: the fullest has 2 layers + its root unit
+             P.Layout(devices=6, zero=2, pp=3, micro_batches=2): {"zero_reduce_scatter": 3, "zero_all_gather": 3,
+                                                                  "pipeline_send": 4},
+             P.Layout(devices=3, tp=3, pp=1): {"tensor_parallel_all_reduce": 2 * 5 * 2 + 1}}
+    for layout, calls in cases.items():
+        c = P.communication(config, w, layout, bw, link_latency=lat)
+        assert c["calls"] == calls, layout
+        assert c["seconds"] == pytest.approx(c["total_bytes"] / bw + sum(calls.values()) * lat)
+    assert P.communication(config, w, P.Layout(devices=4), bw)["seconds"] == pytest.approx(
+        P.communication(config, w, P.Layout(devices=4))["total_bytes"] / bw)  # no latency given: bytes only
+
+
 @pytest.mark.parametrize("layout, words", [
     ({"devices": 3, "tp": 2}, "not divisible by --tp x --pp"),
     ({"devices": 6, "pp": 6}, "more than the model's 5 layers"),

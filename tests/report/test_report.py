@@ -22,7 +22,7 @@ TINY = ["--set", "n_layers=2", "--set", "d_model=32", "--set", "n_heads=2", "--s
         "--set", "max_positions=24"]
 TINY_RUN = TINY + ["--seq", "24", "--batch", "4", "--sentence", "To be, or not to be"]
 SECTIONS = ["1. The machine", "2. The model", "3. The roofline", "4. Prediction vs measurement",
-            "5. Training vs inference", "6. Scaling", "7. Attention, made visible"]
+            "5. Training vs inference", "6. Scaling", "7. Beyond one device", "8. Attention, made visible"]
 FAKE_NAME = "Fake Test CPU"
 
 
@@ -99,7 +99,7 @@ def test_files_and_sections(report):
         assert f">{heading}</h2>" in page
     # Every plot referenced by the markdown exists beside it, and the HTML embeds each one.
     refs = re.findall(r"\]\(plots/([\w-]+)\.png\)", md)
-    assert {"matmul_curve", "roofline", "op_times", "decode_curve", "attention"} <= set(refs)
+    assert {"matmul_curve", "roofline", "op_times", "decode_curve", "parallel_memory", "attention"} <= set(refs)
     for name in refs:
         assert (report / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert page.count('src="data:image/png;base64,') == len(refs)
@@ -132,6 +132,38 @@ def test_totals_equal_the_ledger(report):
     assert FAKE_NAME in md and data["machine"]["measured_peak_flops"]["fp32"] == 3e10
     # The untrained model's maps say so.
     assert "**untrained** model" in md and data["attention"]["trained"] is False
+
+
+def test_beyond_one_device_is_the_layout_ledger_and_a_real_two_process_run(report):
+    """Section 7 reads tformer.cost.parallel for the report's workload, and its measured run holds and
+    sends exactly what the ledger says (the run itself: tests/cost/test_parallel_measured.py)."""
+    from tformer.cost.parallel import Layout, devices_needed, per_device
+
+    par = json.loads((report / "report.json").read_text())["parallel"]
+    config, w = tiny_config(), Workload(phase="train", batch=4, seq=24)
+    zero3 = {p["devices"]: p["bytes"] for p in par["memory_vs_devices"]["ZeRO-3 (data parallel)"]}
+    assert zero3[8] == per_device(config, w, Layout(8, 3))["total"] < zero3[1] == ledger(config, w).memory["total"]
+    tp = {p["devices"]: p["bytes"] for p in par["memory_vs_devices"]["tensor parallel"]}
+    assert set(tp) == {1, 2}  # 2 heads: no 4- or 8-way split
+    need = par["devices_needed"]["llama-70b"]["h100-sxm"]["train_bf16_zero3"]
+    big = Workload(phase="train", batch=4, seq=24, dtype="bf16", mixed_precision=True)
+    assert need == devices_needed(preset("llama-70b"), big, 80 * 2**30, zero=3) and need["devices"] > 1
+    if "measured" not in par:
+        pytest.skip("no 2-process run on this machine (fewer than 2 CPUs or no gloo)")
+    m = par["measured"]
+    assert m["world"] == 2 and m["batch"] == 2 and len(m["bytes"]) == 14
+    assert all(r["ratio"] == pytest.approx(1.0, abs=0.01) for r in m["bytes"]), m["bytes"]
+    md = (report / "report.md").read_text()
+    assert "Bytes per device, rank 0 of 2" in md and f"| ddp | weights | {m['bytes'][0]['measured']:,} B" in md
+
+
+def test_no_distributed_skips_the_run_and_says_why():
+    from types import SimpleNamespace
+
+    from tformer.report import runs
+
+    ctx = SimpleNamespace(options=SimpleNamespace(distributed=False), results={})
+    assert runs.parallel_run(ctx) is None and ctx.results["distributed_skip_reason"] == "skipped (--no-distributed)"
 
 
 def _model(config):

@@ -3,14 +3,16 @@ Numbers are formatted by tformer.core.fmt."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
+from tformer.core.errors import TformerError
 from tformer.cost.layout import Layout, parse_zero
 from tformer.cost.ledger import Workload
 from tformer.interop import load_config as load
 from tformer.machine import resolve_hardware
-from tformer.machine.links import LINKS
+from tformer.machine.links import LINKS, link_bandwidth
 
 
 def add_model_arguments(parser) -> None:
@@ -55,6 +57,8 @@ def add_layout_arguments(parser, devices: bool = True) -> None:
     g.add_argument("--sequence-parallel", action="store_true", help="with --tp: split norms and residuals too")
     g.add_argument("--link-bandwidth", metavar="GBPS|LINK",
                    help=f"link between devices, GB/s one way or one of: {', '.join(LINKS)} (default: the device's)")
+    g.add_argument("--link-latency", type=float, metavar="US",
+                   help="fixed cost of one collective call in microseconds, added per call (default: not counted)")
 
 
 def load_layout(args, config, workload) -> Layout:
@@ -63,6 +67,17 @@ def load_layout(args, config, workload) -> Layout:
                     micro_batches=args.micro_batches, sequence_parallel=args.sequence_parallel)
     layout.check(config, workload)
     return layout
+
+
+def load_link(args, device) -> tuple[float | None, str, float | None]:
+    """(bandwidth bytes/s one way, where it comes from, latency seconds per collective call or None)."""
+    bandwidth, source = link_bandwidth(args.link_bandwidth, device)
+    latency = args.link_latency
+    if latency is not None:
+        if not math.isfinite(latency) or latency < 0:
+            raise TformerError(f"--link-latency must be a finite number of microseconds, 0 or more, got {latency}")
+        latency *= 1e-6
+    return bandwidth, source, latency
 
 
 def load_config(args):

@@ -28,11 +28,12 @@ def print_parallel(par: dict, workload) -> None:
     if comm["bytes"]:
         link = fmt.bandwidth(comm["link_bandwidth"]) if comm["link_bandwidth"] else "unknown"
         c = Table(title=f"sent per device per step (link {link} one way; {comm.get('link_source', '')})")
-        for col in ("traffic", "bytes", "seconds"):
+        for col in ("traffic", "bytes", "calls", "seconds"):
             c.add_column(col, justify="left" if col == "traffic" else "right")
-        bw = comm["link_bandwidth"]
+        bw, lat = comm["link_bandwidth"], comm.get("link_latency") or 0.0
         for kind, n in comm["bytes"].items():
-            c.add_row(kind.replace("_", " "), fmt.nbytes(n), fmt.seconds(n / bw) if bw else "-")
+            calls = comm["calls"][kind]
+            c.add_row(kind.replace("_", " "), fmt.nbytes(n), str(calls), fmt.seconds(n / bw + calls * lat) if bw else "-")
         con.print(c)
     pipe = par["pipeline"]
     if pipe["stages"] > 1:

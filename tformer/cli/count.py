@@ -11,6 +11,7 @@ from tformer.cli._cost_common import (
     load_config,
     load_device,
     load_layout,
+    load_link,
     load_workload,
 )
 from tformer.cli._parallel_print import print_parallel
@@ -21,7 +22,6 @@ from tformer.cost.ledger import ledger
 from tformer.cost.parallel import parallel_summary
 from tformer.cost.roofline import roofline
 from tformer.cost.scaling import activation_alternatives
-from tformer.machine.links import link_bandwidth
 
 NAME = "count"
 HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, for a model and workload."
@@ -47,10 +47,10 @@ def run(args) -> int:
     alternatives = activation_alternatives(config, workload)
     course = course_flops(lg) if args.convention == "course" else None
     layout = load_layout(args, config, workload)
-    link, link_source = link_bandwidth(args.link_bandwidth, device)
+    link, link_source, latency = load_link(args, device)
     single_s = roof.time_s if roof is not None and not isinstance(roof.time_s, str) else None
     par = parallel_summary(config, workload, layout, link, single_s,
-                           device.memory_bytes if device is not None else None)
+                           device.memory_bytes if device is not None else None, latency)
     par["communication"]["link_source"] = link_source
 
     if args.json:

@@ -12,6 +12,7 @@ from tformer.cli._cost_common import (
     load_config,
     load_device,
     load_layout,
+    load_link,
     load_workload,
 )
 from tformer.cli._parallel_print import print_parallel
@@ -21,7 +22,6 @@ from tformer.cost import scaling
 from tformer.cost.ledger import ledger
 from tformer.cost.parallel import parallel_summary
 from tformer.cost.roofline import COMPUTE_DTYPE, roofline
-from tformer.machine.links import link_bandwidth
 
 NAME = "scale"
 HELP = "What-if table (double d_model, layers, seq, batch or any factor), crossovers, training time and compute-optimal sizes."
@@ -58,9 +58,9 @@ def run(args) -> int:
     if not layout.single or (device is not None and device.memory_bytes):
         roof = roofline(ledger(config, workload), device, args.efficiency) if device is not None else None
         single_s = roof.time_s if roof is not None and not isinstance(roof.time_s, str) else None
-        link, source = link_bandwidth(args.link_bandwidth, device)
+        link, source, latency = load_link(args, device)
         parallel = parallel_summary(config, workload, layout, link, single_s,
-                                    device.memory_bytes if device is not None else None)
+                                    device.memory_bytes if device is not None else None, latency)
         parallel["communication"]["link_source"] = source
         out["parallel"] = parallel
     if args.train_tokens is not None:

@@ -199,6 +199,13 @@ class Architecture:
                 return st
         raise TformerError(f"a {self.arch} model has no {name} stack; it has: {', '.join(s.name for s in self.stacks)}")
 
+    @property
+    def loss_skips(self) -> tuple[str, ...]:
+        """Name prefixes of the parameters a training loss never reaches: BERT's pooler when the
+        masked-token head gives the loss (the pooler's output is returned, but nothing scores it).
+        They run forward, get no gradient and no optimizer state."""
+        return (self.pooler.path.split(".")[0] + ".",) if self.pooler is not None and self.mlm_head is not None else ()
+
     def parameters(self) -> dict[str, tuple[int, ...]]:
         """Every parameter once (a tied weight under its first owner), in the model's registration order."""
         return _merge(self.tok_embed, self.type_embed, *self.stacks, self.pooler, self.mlm_head, self.lm_head)

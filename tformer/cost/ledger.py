@@ -49,8 +49,10 @@ class Ledger:
     # Parameters ----------------------------------------------------------------------------
     @cached_property
     def params(self) -> dict:
-        """total, embedding (token, token-type and position tables), non_embedding, per component."""
+        """total, embedding (token, token-type and position tables), non_embedding, per component, and
+        trained: those the training loss reaches (all but BERT's pooler under the masked-token loss)."""
         fwd = [op for op in self._param_source().ops if op.phase == "forward"]
+        skips = self.architecture.loss_skips
         by_component: dict[str, int] = {}
         for op in fwd:
             if op.params:
@@ -58,7 +60,9 @@ class Ledger:
                 by_component[comp] = by_component.get(comp, 0) + op.params
         total = self.total(fwd, "params")
         embedding = self.total(fwd, "embedding_params")
-        return {"total": total, "embedding": embedding, "non_embedding": total - embedding, "by_component": by_component}
+        untrained = sum(op.params for op in fwd if skips and op.name.startswith(skips))
+        return {"total": total, "embedding": embedding, "non_embedding": total - embedding, "trained": total - untrained,
+                "by_component": by_component}
 
     def _param_source(self) -> "Ledger":
         """The op list that holds every parameter once. A decode step of an encoder-decoder does

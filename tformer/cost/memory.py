@@ -91,12 +91,13 @@ def activation_bytes(ledger) -> dict:
 
 def memory_breakdown(ledger) -> dict:
     w = ledger.workload
-    P = ledger.params["total"]
+    P, trained = ledger.params["total"], ledger.params["trained"]
     per = optimizer_bytes_per_param(w)
     fwd = ledger.select(phase="forward")
     weights = P * per["weights"]
-    gradients = P * per["gradients"] if w.training else 0
-    optimizer = P * (per["master"] + per["moments"]) if w.training else 0
+    # Only what the loss reaches gets a gradient and optimizer state (not BERT's pooler under MLM).
+    gradients = trained * per["gradients"] if w.training else 0
+    optimizer = trained * (per["master"] + per["moments"]) if w.training else 0
     acts = activation_bytes(ledger)
     kv = sum(op.cache_bytes for op in fwd)
     logits = sum(op.bytes_written for op in fwd if op.name in ("lm_head", "mlm_head.decoder"))

@@ -109,7 +109,7 @@ class OpListBuilder:
                 self.norm(st.final_norm, None, st.name, rows)
         self.heads(arch, rows)  # on the last stack's output
         if self.train:
-            self.backward_and_optimizer()
+            self.backward_and_optimizer(arch.loss_skips)
         return self.ops
 
     def embed(self, st: Stack, t: Tokens, rows: int) -> None:
@@ -236,26 +236,28 @@ class OpListBuilder:
                     saved_bytes=rows * V * LOSS_BYTES))  # the fp32 log-probabilities
 
     # Training ------------------------------------------------------------------------------------
-    def backward_and_optimizer(self) -> None:
+    def backward_and_optimizer(self, skips: tuple[str, ...] = ()) -> None:
         """Backward: each matmul becomes two (gradient of the input and of the weight), so backward
         matmul FLOPs are exactly 2x forward (what FlopCounterMode counts); element-wise backward work
         and bytes are taken as 2x forward (a convention). Checkpointing adds one recomputed forward
-        of every layer. The optimizer touches every parameter once."""
+        of every layer. The optimizer touches every parameter once. ``skips``: name prefixes of ops
+        the loss never reaches (no backward, no optimizer step)."""
         w = self.w
         forward = list(self.ops)
+        reached = [op for op in forward if not op.name.startswith(skips)] if skips else forward
         if w.checkpointing:
             for op in forward:
                 if op.layer is not None:
                     self.ops.append(replace(op, phase="recompute", params=0, embedding_params=0, saved_bytes=0,
                                             scores_bytes=0, cache_bytes=0))
-        for op in reversed(forward):
+        for op in reversed(reached):
             self.ops.append(replace(
                 op, phase="backward", matmul_flops=2 * op.matmul_flops, other_flops=O.BACKWARD_OTHER_FACTOR * op.other_flops,
                 bytes_read=2 * op.bytes_read, bytes_written=2 * op.bytes_written, params=0, embedding_params=0,
                 saved_bytes=0, scores_bytes=0, cache_bytes=0, weight_bytes=2 * op.weight_bytes))
         per_param = optimizer_bytes_per_param(w)
         flops_per = OPTIMIZER_FLOPS_PER_PARAM[w.optimizer]
-        for op in forward:
+        for op in reached:
             if op.params:
                 self.ops.append(Op(
                     name=op.name, kind="optimizer", layer=op.layer, phase="optimizer", stack=op.stack,

@@ -35,12 +35,17 @@ Traffic per device and step (bytes sent, which a ring also receives):
   reduce-scatter instead: the same volume), plus the vocabulary-parallel embedding's forward all-reduce;
 - pipeline: each boundary sends a micro-batch's (rows, d) activations forward and their gradient back.
 Time: each device does 1 / (T x P) of a replica's step, stretched by the pipeline bubble
-(P - 1) / (M + P - 1); communication runs at the link's bandwidth in one direction.
+(P - 1) / (M + P - 1); communication is the bytes at the link's bandwidth in one direction plus, when
+a per-collective latency is given, that latency once per collective call (the alpha-beta model):
+DDP's gradient buckets (1 MiB first, then 25 MiB: PyTorch's defaults), one reduce-scatter and one or
+two all-gathers per sharded unit (each layer, plus one for the rest of the model, as FSDP wraps it),
+two all-reduces per block under tensor parallelism, two sends per micro-batch between stages.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, replace
 
 from tformer.core.errors import TformerError
@@ -50,6 +55,9 @@ from tformer.cost.ledger import ledger
 from tformer.cost.memory import optimizer_bytes_per_param
 from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
+# PyTorch DDP: the first bucket after the buckets are rebuilt holds 1 MiB, the others bucket_cap_mb=25 MiB.
+DDP_FIRST_BUCKET_BYTES = 1 << 20
+DDP_BUCKET_BYTES = 25 << 20
 MAX_TP = 8  # tensor parallelism stays inside one node (8 GPUs with NVLink) in the devices-needed search
 
 # Ops whose saved tensors live inside the tensor-parallel region (split by T); the rest are whole
@@ -144,24 +152,26 @@ def _stage_layers(n_layers: int, pp: int) -> list[range]:
     return ranges
 
 
-def _stage_of(anchor: int | None, ranges: list[range]) -> int:
-    """The stage holding layer ``anchor`` (None: the heads, on the last stage)."""
-    if anchor is None:
-        return len(ranges) - 1
-    return next(s for s, r in enumerate(ranges) if anchor in r)
+def _stage_finder(ranges: list[range]):
+    """anchor -> the stage holding layer ``anchor`` (None: the heads, on the last stage)."""
+    owner = [s for s, r in enumerate(ranges) for _ in r]
+    last = len(ranges) - 1
+    return lambda anchor: last if anchor is None else owner[anchor]
 
 
-def _stage_tensors(config, tp: int, pp: int) -> list[list[tuple[_Tensor, tuple[int, ...]]]]:
-    """Per pipeline stage, each tensor one tensor-parallel rank holds and its shape there."""
-    arch = describe(config)
-    ranges = _stage_layers(layer_count(config), pp)
+def _stage_tensors(config, tp: int, pp: int, arch: Architecture | None = None,
+                   tensors: list[_Tensor] | None = None) -> list[list[tuple[_Tensor, tuple[int, ...]]]]:
+    """Per pipeline stage, each tensor one tensor-parallel rank holds and its shape there (``arch`` and
+    ``tensors``: describe(config) and _tensors of it, when the caller has them already)."""
+    arch = arch or describe(config)
+    stage_of = _stage_finder(_stage_layers(layer_count(config), pp))
     stages: list[list[tuple[_Tensor, tuple[int, ...]]]] = [[] for _ in range(pp)]
-    tensors = _tensors(arch)
+    tensors = tensors or _tensors(arch)
     for t in tensors:
-        stages[_stage_of(t.anchor, ranges)].append((t, t.tp_shape(tp)))
+        stages[stage_of(t.anchor)].append((t, t.tp_shape(tp)))
     head = arch.lm_head.linear if arch.lm_head is not None else (arch.mlm_head.decoder if arch.mlm_head else None)
     table = tensors[0]  # the token table
-    if head is not None and head.tied and _stage_of(table.anchor, ranges) != pp - 1:
+    if head is not None and head.tied and stage_of(table.anchor) != pp - 1:
         # The last stage computes the logits with its own copy of the tied table (Megatron-LM's way;
         # the two copies' gradients are summed between the first and last stage).
         copy = replace(table, name=table.name + " (tied copy)", anchor=None)
@@ -217,7 +227,7 @@ def devices_for(nbytes: float, device_bytes: float) -> int:
 
 
 # Activations per device --------------------------------------------------------------------------
-class _Plans:
+class Plans:
     """Caches what a layout search asks for many times: the ledger at each micro-batch size, the
     parameters per stage at each (T, P), the activations per stage at each (T, P, M, SP)."""
 
@@ -225,8 +235,10 @@ class _Plans:
         self.config, self.workload = config, workload
         self.arch = describe(config)
         self.spans = _spans(self.arch)
+        self.all_tensors = _tensors(self.arch)
         self.n_layers = layer_count(config)
         self._ledgers, self._tensors, self._acts = {}, {}, {}
+        self._shape_counts, self._elements, self._largest, self._anchors = {}, {}, {}, {}
 
     def ledger(self, batch: int):
         if batch not in self._ledgers:
@@ -235,23 +247,42 @@ class _Plans:
 
     def tensors(self, tp: int, pp: int) -> list[list[tuple[_Tensor, tuple[int, ...]]]]:
         if (tp, pp) not in self._tensors:
-            self._tensors[tp, pp] = _stage_tensors(self.config, tp, pp)
+            self._tensors[tp, pp] = _stage_tensors(self.config, tp, pp, self.arch, self.all_tensors)
         return self._tensors[tp, pp]
 
     def params(self, tp: int, pp: int) -> list[list[tuple[int, ...]]]:
         """Per stage, the shapes one tensor-parallel rank holds."""
         return [[shape for _, shape in st] for st in self.tensors(tp, pp)]
 
+    def elements(self, tp: int, pp: int, shards: int, trained: bool = False) -> list[int]:
+        """Per stage, sharded_elements of its shapes: what rank 0 of ``shards`` holds (``trained``: only
+        the tensors the loss reaches, which alone have gradients and optimizer state). A search asks
+        this for many shard counts, and a stage repeats one layer's shapes, so each distinct
+        (rows, rest of the shape) is counted once and multiplied."""
+        key = (tp, pp, shards, trained)
+        if key not in self._elements:
+            if (tp, pp, trained) not in self._shape_counts:
+                skips = self.arch.loss_skips if trained else ()
+                self._shape_counts[tp, pp, trained] = [
+                    Counter((shape[0], math.prod(shape[1:])) for t, shape in st
+                            if not (skips and t.name.startswith(skips)))
+                    for st in self.tensors(tp, pp)]
+            self._elements[key] = [sum(n * -(-rows // shards) * rest for (rows, rest), n in counts.items())
+                                   for counts in self._shape_counts[tp, pp, trained]]
+        return self._elements[key]
+
     def largest_layer(self, tp: int, pp: int) -> list[int]:
         """Per stage, the elements of its largest layer (what ZeRO-3 gathers whole while it runs)."""
-        sizes = []
-        for st in self.tensors(tp, pp):
-            layers: dict[int, int] = {}
-            for t, shape in st:
-                if t.in_layer:
-                    layers[t.anchor] = layers.get(t.anchor, 0) + math.prod(shape)
-            sizes.append(max(layers.values(), default=0))
-        return sizes
+        if (tp, pp) not in self._largest:
+            sizes = []
+            for st in self.tensors(tp, pp):
+                layers: dict[int, int] = {}
+                for t, shape in st:
+                    if t.in_layer:
+                        layers[t.anchor] = layers.get(t.anchor, 0) + math.prod(shape)
+                sizes.append(max(layers.values(), default=0))
+            self._largest[tp, pp] = sizes
+        return self._largest[tp, pp]
 
     def blocks(self, pp: int) -> list[int]:
         """Per stage, its attention and MLP blocks (each ends in one tensor-parallel all-reduce)."""
@@ -275,42 +306,58 @@ class _Plans:
             return self.spans[op.stack][-1]
         return None
 
+    def _per_anchor(self, tp: int, sp: bool, micro: int) -> dict:
+        """Per layer anchor (None: the heads), for one micro-batch of ``micro`` sequences: activation bytes
+        kept (training; ``outside_layers`` the part no layer owns, ``layer_kept`` the part its layer
+        owns) or the largest working set (inference), the layer's input, KV cache and logits. Stages
+        are sums of anchors, so a search over pipeline depths reads the ledger once per (T, SP, M)."""
+        key = (tp, sp, micro)
+        if key in self._anchors:
+            return self._anchors[key]
+        training = self.workload.training
+        per: dict = {}
+        for op in self.ledger(micro).select(phase="forward"):
+            split = tp if (op.kind in _TP_SPLIT_KINDS or sp) else 1
+            anchor = self._anchor(op)
+            a = per.setdefault(anchor, {"activations": 0, "outside_layers": 0, "layer_inputs": 0, "layer_kept": 0,
+                                        "kv_cache": 0, "logits": 0, "input_seen": False})
+            a["kv_cache"] += op.cache_bytes // tp  # K and V heads are split by T
+            if op.kind == "lm_head" or op.name == "mlm_head.decoder":
+                a["logits"] += -(-op.bytes_written // tp)
+            if not training:
+                working = op.bytes_read - op.weight_bytes - op.cache_bytes + op.bytes_written
+                a["activations"] = max(a["activations"], -(-working // split))
+                continue
+            kept = -(-op.saved_bytes // split)
+            a["activations"] += kept
+            if op.layer is None:
+                a["outside_layers"] += kept
+            else:
+                # A layer's input is the size of its first norm's output (rows x d, pre- or post-LN alike).
+                if op.kind == "norm" and not a["input_seen"]:
+                    a["input_seen"] = True
+                    a["layer_inputs"] += -(-op.bytes_written // (tp if sp else 1))
+                a["layer_kept"] += kept
+        self._anchors[key] = per
+        return per
+
     def _activations(self, layout: Layout) -> list[dict]:
         """Per stage, for one micro-batch: activation bytes kept (training; ``outside_layers`` the part no
         layer owns) or the largest working set (inference), each layer's input, the largest layer's kept
         bytes, KV cache and logits."""
-        w = self.workload
-        lg = self.ledger(w.batch // layout.micro_batches)
-        tp, sp = layout.tp, layout.sequence_parallel
-        ranges = _stage_layers(self.n_layers, layout.pp)
+        per = self._per_anchor(layout.tp, layout.sequence_parallel, self.workload.batch // layout.micro_batches)
+        stage_of = _stage_finder(_stage_layers(self.n_layers, layout.pp))
         stages = [{"activations": 0, "outside_layers": 0, "layer_inputs": 0, "largest_layer": 0, "kv_cache": 0,
                    "logits": 0} for _ in range(layout.pp)]
-        per_layer: dict[int, int] = {}
-        inputs_seen: set[int] = set()
-        for op in lg.select(phase="forward"):
-            split = tp if (op.kind in _TP_SPLIT_KINDS or sp) else 1
-            anchor = self._anchor(op)
-            st = stages[_stage_of(anchor, ranges)]
-            st["kv_cache"] += op.cache_bytes // tp  # K and V heads are split by T
-            if op.kind == "lm_head" or op.name == "mlm_head.decoder":
-                st["logits"] += -(-op.bytes_written // tp)
-            if not w.training:
-                working = op.bytes_read - op.weight_bytes - op.cache_bytes + op.bytes_written
-                st["activations"] = max(st["activations"], -(-working // split))
-                continue
-            kept = -(-op.saved_bytes // split)
-            st["activations"] += kept
-            if op.layer is None:
-                st["outside_layers"] += kept
+        for anchor, a in per.items():
+            st = stages[stage_of(anchor)]
+            if self.workload.training:
+                st["activations"] += a["activations"]
             else:
-                # A layer's input is the size of its first norm's output (rows x d, pre- or post-LN alike).
-                if op.kind == "norm" and anchor not in inputs_seen:
-                    inputs_seen.add(anchor)
-                    st["layer_inputs"] += -(-op.bytes_written // (tp if sp else 1))
-                per_layer[anchor] = per_layer.get(anchor, 0) + kept
-        for anchor, kept in per_layer.items():
-            st = stages[_stage_of(anchor, ranges)]
-            st["largest_layer"] = max(st["largest_layer"], kept)
+                st["activations"] = max(st["activations"], a["activations"])
+            for k in ("outside_layers", "layer_inputs", "kv_cache", "logits"):
+                st[k] += a[k]
+            st["largest_layer"] = max(st["largest_layer"], a["layer_kept"])
         return stages
 
 
@@ -327,31 +374,36 @@ def bubble_fraction(pp: int, micro_batches: int) -> float:
 
 
 # The whole picture --------------------------------------------------------------------------------
-def per_device(config, workload, layout: Layout, plans: _Plans | None = None) -> dict:
+def per_device(config, workload, layout: Layout, plans: Plans | None = None) -> dict:
     """Memory per device on the fullest stage: weights, gradients, optimizer, activations, logits,
     KV cache and total, plus what FSDP2 holds beside them (``kept_shard``: shard_grad_op's own shard
     when there is no master copy; ``gathered_layer``: the layer ZeRO-3 gathers whole while it runs);
     ``stages`` lists every stage."""
     layout.check(config, workload)
-    plans = plans or _Plans(config, workload)
+    plans = plans or Plans(config, workload)
     per = optimizer_bytes_per_param(workload)
     acts = plans.activations(layout)
     d, z = layout.dp, layout.zero
     rows = []
-    for s, shapes in enumerate(plans.params(layout.tp, layout.pp)):
-        whole = sharded_elements(shapes, 1)
+    t, p = layout.tp, layout.pp
+
+    def held(shards: int, stage: int, trained: bool = False) -> int:
+        return plans.elements(t, p, shards, trained)[stage]
+
+    for s in range(p):
+        whole = held(1, s)
         a = acts[s]
         kept_shard = gathered = 0
         if workload.training:
-            weights = sharded_elements(shapes, d if z >= 3 else 1) * per["weights"]
+            weights = held(d if z >= 3 else 1, s) * per["weights"]
             if z == 2 and d > 1 and not per["master"]:
                 # FSDP2's shard_grad_op gathers whole weights for forward and backward and keeps its own
                 # shard beside them; with a master copy that shard is the master, counted in the optimizer.
-                kept_shard = sharded_elements(shapes, d) * per["weights"]
+                kept_shard = held(d, s) * per["weights"]
             if z == 3 and d > 1:  # one layer's weights gathered whole while it runs (transient)
                 gathered = plans.largest_layer(layout.tp, layout.pp)[s] * per["weights"]
-            gradients = sharded_elements(shapes, d if z >= 2 else 1) * per["gradients"]
-            optimizer = sharded_elements(shapes, d if z >= 1 else 1) * (per["master"] + per["moments"])
+            gradients = held(d if z >= 2 else 1, s, trained=True) * per["gradients"]
+            optimizer = held(d if z >= 1 else 1, s, trained=True) * (per["master"] + per["moments"])
             n = in_flight(layout, s)
             if workload.checkpointing:  # per micro-batch in flight each layer's input (and what no layer
                 # recomputes: embeddings, head, loss); one layer rebuilt at a time
@@ -372,42 +424,60 @@ def per_device(config, workload, layout: Layout, plans: _Plans | None = None) ->
     return {**worst, "stages": rows}
 
 
+def ddp_buckets(gradient_bytes: int) -> int:
+    """All-reduce calls per step for DDP's gradient buckets (sizes as PyTorch's defaults)."""
+    rest = max(0, gradient_bytes - DDP_FIRST_BUCKET_BYTES)
+    return 1 + math.ceil(rest / DDP_BUCKET_BYTES)
+
+
 def communication(config, workload, layout: Layout, link_bandwidth: float | None = None,
-                  plans: _Plans | None = None) -> dict:
-    """Bytes each device sends per step, by kind, and the seconds at ``link_bandwidth`` (bytes/s, one way)."""
+                  plans: Plans | None = None, link_latency: float | None = None) -> dict:
+    """Bytes each device sends per step and the collective calls that send them, by kind, and the
+    seconds at ``link_bandwidth`` (bytes/s, one way) plus ``link_latency`` (seconds) per call."""
     layout.check(config, workload)
-    plans = plans or _Plans(config, workload)
+    plans = plans or Plans(config, workload)
     per = optimizer_bytes_per_param(workload) if workload.training else {"weights": WEIGHT_BYTES[workload.dtype]}
     a = ACTIVATION_BYTES[workload.dtype]
     d, t, p, m = layout.dp, layout.tp, layout.pp, layout.micro_batches
-    params = max(sharded_elements(shapes, 1) for shapes in plans.params(t, p))
+    trained = max(plans.elements(t, p, 1, trained=True))
+    blocks = max(plans.blocks(p))
     micro = workload.batch // m
     rows_per_micro = micro * _tokens_per_sequence(config, workload)
     act = rows_per_micro * config.d_model * a
     kinds: dict[str, int] = {}
+    calls: dict[str, int] = {}
     if workload.training and d > 1:
         if layout.zero == 0:
-            kinds["data_parallel_all_reduce"] = round(ring_all_reduce_bytes(params * per["gradients"], d))
+            kinds["data_parallel_all_reduce"] = round(ring_all_reduce_bytes(trained * per["gradients"], d))
+            calls["data_parallel_all_reduce"] = ddp_buckets(trained * per["gradients"])
         else:
             # Sharded collectives carry every rank's padded piece (FSDP2: ceil(rows / D) rows of each
             # tensor), so a rank sends D - 1 pieces the size of rank 0's, not (D - 1) / D of the parameters.
-            piece = max(sharded_elements(shapes, d) for shapes in plans.params(t, p))
-            kinds["zero_reduce_scatter"] = (d - 1) * piece * per["gradients"]
+            piece, trained_piece = max(plans.elements(t, p, d)), max(plans.elements(t, p, d, trained=True))
+            # FSDP units: one per layer, one for the rest (tables, final norm, heads)
+            units = max(len(r) for r in _stage_layers(plans.n_layers, p)) + 1
+            kinds["zero_reduce_scatter"] = (d - 1) * trained_piece * per["gradients"]
+            calls["zero_reduce_scatter"] = units
             gathers = 2 if layout.zero == 3 else 1
             kinds["zero_all_gather"] = gathers * (d - 1) * piece * per["weights"]
+            calls["zero_all_gather"] = gathers * units
     if t > 1:
-        blocks = max(plans.blocks(p))
         passes = 2 if workload.training else 1  # one all-reduce forward, one backward per block
         embed = 1  # the vocabulary-parallel embedding's forward all-reduce (first stage)
         kinds["tensor_parallel_all_reduce"] = round(ring_all_reduce_bytes(act * m * (blocks * passes + embed), t))
+        calls["tensor_parallel_all_reduce"] = m * (blocks * passes + embed)
     if p > 1:
         directions = 2 if workload.training else 1  # activations forward, their gradients back
         kinds["pipeline_send"] = act * m * directions
+        calls["pipeline_send"] = m * directions
     total = sum(kinds.values())
-    seconds = total / link_bandwidth if link_bandwidth else None
-    return {"bytes": kinds, "total_bytes": total, "link_bandwidth": link_bandwidth,
-            "seconds": seconds,
-            "rule": "bytes each device sends per step (a ring receives as many); seconds = bytes / link bandwidth"}
+    seconds = None
+    if link_bandwidth:
+        seconds = total / link_bandwidth + sum(calls.values()) * (link_latency or 0.0)
+    return {"bytes": kinds, "total_bytes": total, "calls": calls, "link_bandwidth": link_bandwidth,
+            "link_latency": link_latency, "seconds": seconds,
+            "rule": "bytes each device sends per step (a ring receives as many); seconds = bytes / link bandwidth "
+                    "+ calls x link latency"}
 
 
 def _tokens_per_sequence(config, workload) -> int:
@@ -429,12 +499,13 @@ def step_time(single_device_s: float | None, comm_s: float | None, layout: Layou
 
 
 def parallel_summary(config, workload, layout: Layout, link_bandwidth: float | None = None,
-                     single_device_s: float | None = None, device_memory: int | None = None) -> dict:
+                     single_device_s: float | None = None, device_memory: int | None = None,
+                     link_latency: float | None = None) -> dict:
     """Everything about a layout under the JSON names `tformer count` prints: ``per_device`` (memory),
     ``communication``, ``pipeline``, ``time``, and ``devices_needed`` when a device's memory is given."""
-    plans = _Plans(config, workload)
+    plans = Plans(config, workload)
     mem = per_device(config, workload, layout, plans)
-    comm = communication(config, workload, layout, link_bandwidth, plans)
+    comm = communication(config, workload, layout, link_bandwidth, plans, link_latency)
     out = {
         "layout": {"devices": layout.devices, "data_parallel": layout.dp, "tensor_parallel": layout.tp,
                    "pipeline_parallel": layout.pp, "micro_batches": layout.micro_batches, "zero": layout.zero,
@@ -454,7 +525,7 @@ def parallel_summary(config, workload, layout: Layout, link_bandwidth: float | N
 
 
 def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_batches: int = 1,
-                   sequence_parallel: bool = False, max_tp: int = MAX_TP, plans: _Plans | None = None) -> dict:
+                   sequence_parallel: bool = False, max_tp: int = MAX_TP, plans: Plans | None = None) -> dict:
     """The fewest devices of ``memory_bytes`` each that hold the workload, and the layout that does it.
 
     Training: ZeRO stage ``zero`` over the replicas (more replicas shard more with stages 1-3),
@@ -466,7 +537,7 @@ def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_bat
         raise TformerError("devices needed: the device's memory is unknown; name a device with a memory size "
                            "(--hardware h100-sxm) or give a JSON device with memory_bytes")
     best = None
-    plans = plans or _Plans(config, workload)
+    plans = plans or Plans(config, workload)
     layers = layer_count(config)
     for tp in (t for t in range(1, max_tp + 1) if not (config.n_heads % t or config.n_kv_heads % t or config.d_ff % t)):
         for pp in range(1, layers + 1):
@@ -495,7 +566,7 @@ def devices_needed(config, workload, memory_bytes: int, zero: int = 0, micro_bat
             "per_device_total": total, "memory_bytes": memory_bytes}
 
 
-def _smallest_dp(config, workload, base: Layout, memory_bytes: int, plans: _Plans):
+def _smallest_dp(config, workload, base: Layout, memory_bytes: int, plans: Plans):
     """(layout, per-device total) with the fewest replicas that fits, or None. Replicas shrink the
     model states only under ZeRO, so without it one replica is the only candidate."""
     def total(dp: int) -> int:

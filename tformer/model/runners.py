@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
+from tformer.cost.architecture import describe
 from tformer.model.base import IGNORE_INDEX, TransformerModel
 from tformer.model.cache import KVCache
 
@@ -122,6 +123,12 @@ class Runner:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def loss_skips(self) -> tuple[str, ...]:
+        """Name prefixes of the parameters the training loss never reaches (they get no gradient), as
+        the ledger's architecture description says (BERT's pooler under the masked-token loss)."""
+        return describe(self.config).loss_skips
+
     # Training and plain forward passes ---------------------------------------------------------
     def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
         """The batch a training source would give for these (B, T) token ids, each predicting
@@ -198,6 +205,7 @@ class Runner:
 
 class EncoderRunner(Runner):
     """Encoder-only (BERT): masked-token training and forward passes; it does not generate."""
+
 
 
 class DecoderRunner(Runner):

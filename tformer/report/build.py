@@ -26,6 +26,7 @@ from tformer.report import (
     section_machine,
     section_measured,
     section_model,
+    section_parallel,
     section_phases,
     section_roofline,
     section_scaling,
@@ -108,6 +109,7 @@ def measure(ctx: Context) -> None:
     else:
         ctx.results["train_skip_reason"] = why
     ctx.results["profiles"] = runs.profiles(ctx)
+    ctx.results["distributed"] = runs.parallel_run(ctx)
     if model is None:
         torch.manual_seed(ctx.options.seed)
         model = build(ctx.config).to(ctx.torch_device)
@@ -194,7 +196,7 @@ def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
     ctx.say("writing the report")
     sections = []
     for module in (section_machine, section_model, section_roofline, section_measured, section_phases,
-                   section_scaling, section_attention):
+                   section_scaling, section_parallel, section_attention):
         sections.append(module.build(ctx))
         ctx.say(f"section {sections[-1].heading}")
     wall = ctx.elapsed()

@@ -43,6 +43,7 @@ class ReportOptions:
     seed: int = 1337
     device: str | None = None  # torch device; default the first GPU, else the CPU
     threads: int | None = None  # CPU threads for every measurement (default: PyTorch's setting)
+    distributed: bool = True  # measure a 2-process run (DDP, FSDP2) for "Beyond one device"
 
     @property
     def train_budget(self) -> float:

@@ -127,6 +127,26 @@ def decode_curve(rows: list[dict]) -> bytes:
     return to_png(fig)
 
 
+def memory_per_device(series: dict[str, list[tuple[int, float]]], capacity: float | None, capacity_label: str,
+                      title: str) -> bytes:
+    """Bytes per device (GiB) against the device count, one line per layout family; the named device's
+    memory as a dashed line when known."""
+    fig = _figure(7.5, 4.4)
+    ax = fig.add_subplot()
+    for (label, pts), marker in zip(series.items(), "osD^vx<>"):
+        ax.plot([n for n, _ in pts], [b / 2**30 for _, b in pts], marker=marker, label=label)
+    if capacity:
+        ax.axhline(capacity / 2**30, ls="--", lw=1, color="k", label=capacity_label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("devices")
+    ax.set_ylabel("training memory per device (GiB)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return to_png(fig)
+
+
 def kind_bars(rows: list[tuple[str, float, float]], title: str) -> bytes:
     """Predicted vs measured seconds per op kind (horizontal bars, log scale)."""
     height = max(3.0, 0.32 * len(rows) + 1.2)
@@ -179,4 +199,5 @@ def attention_grid(maps, title: str) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["attention_grid", "decode_curve", "kind_bars", "loss_curve", "matmul_curve", "roofline", "to_png"]
+__all__ = ["attention_grid", "decode_curve", "kind_bars", "loss_curve", "matmul_curve", "memory_per_device", "roofline",
+           "to_png"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import roofline
 from tformer.generate import generate
@@ -19,6 +20,7 @@ from tformer.measure.profile import profile_model
 from tformer.measure.step import StepRunner
 from tformer.report.attention_maps import attention_maps
 from tformer.train.loop import TrainArgs, Trainer
+from tformer.train.parallel_check import can_run, run_probe
 from tformer.train.setup import build_run
 
 
@@ -100,6 +102,31 @@ def profiles(ctx) -> dict:
         out[name] = profile_model(ctx.config, ctx.workloads[name], device=ctx.torch_device, hardware=ctx.measured,
                                   steps=steps if name == "train" else steps + 2, warmup=warmup, op_steps=op_steps)
     return out
+
+
+PARALLEL_PROCESSES = 2
+
+
+def parallel_run(ctx) -> dict | None:
+    """A measured 2-process training run (DDP, FSDP2 full_shard, shard_grad_op over gloo) of the report's
+    model, the report's batch split over the replicas; None (and the reason in ctx.results) when it
+    cannot run here or fails: the rest of the report never depends on it."""
+    if not ctx.options.distributed:
+        ctx.results["distributed_skip_reason"] = "skipped (--no-distributed)"
+        return None
+    ok, why = can_run(PARALLEL_PROCESSES)
+    if not ok:
+        ctx.results["distributed_skip_reason"] = why
+        return None
+    w = ctx.workloads["train"]
+    batch = max(1, w.batch // PARALLEL_PROCESSES)
+    warmup, steps = (1, 2) if ctx.options.quick else (2, 5)
+    ctx.say(f"measuring {PARALLEL_PROCESSES} processes (DDP, FSDP2) over gloo, {batch} x {w.seq} per replica")
+    try:
+        return run_probe(ctx.config, PARALLEL_PROCESSES, batch, w.seq, warmup, steps)
+    except TformerError as e:
+        ctx.results["distributed_skip_reason"] = str(e)
+        return None
 
 
 def decode_contexts(seq: int, points: int) -> list[int]:

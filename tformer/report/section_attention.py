@@ -1,4 +1,4 @@
-"""Section 7: attention made visible — heat maps of the heads on a real sentence, and what each head
+"""Section 8: attention made visible — heat maps of the heads on a real sentence, and what each head
 mostly does (attend to itself, to the previous token, to the first token), measured off the maps."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def head_stats(m) -> dict:
 
 
 def build(ctx) -> Section:
-    sec = Section(7, "Attention, made visible", "attention")
+    sec = Section(8, "Attention, made visible", "attention")
     maps = ctx.results.get("maps") or []
     trained = ctx.results.get("train_run") is not None
     sentence = ctx.results.get("sentence", ctx.options.sentence)

@@ -42,6 +42,15 @@ def wrap_ddp(model, device: torch.device):
     return DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
 
 
+def freeze_unreached(model, prefixes: tuple[str, ...]) -> None:
+    """Stop asking for gradients of the parameters the loss never reaches (the runner's loss_skips:
+    BERT's pooler under the masked-token loss). They would get none anyway; DDP waits for every
+    parameter that requires one and fails the next step, since the pooler's output is still returned."""
+    for name, p in model.named_parameters():
+        if name.startswith(prefixes):
+            p.requires_grad_(False)
+
+
 def mean(value: torch.Tensor) -> torch.Tensor:
     if world().size > 1:
         value = value.clone()

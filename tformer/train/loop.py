@@ -111,6 +111,8 @@ class Trainer:
         if args.activation_checkpointing:
             enable_activation_checkpointing(self.model)
         self.fsdp = args.fsdp and self.world.size > 1
+        if self.world.size > 1:
+            dist_util.freeze_unreached(self.model, self.runner.loss_skips)
         if self.fsdp:
             # Before the optimizer: sharding swaps the parameters for DTensor shards.
             fsdp.shard(self.model)

@@ -1,10 +1,13 @@
-"""One rank of bench/distributed.py (started by torchrun): for DDP, FSDP2 full_shard and FSDP2
-shard_grad_op, the bytes this rank holds in parameters, gradients and optimizer state (its local
-shards), the bytes its collectives move per step, its step time, and the loopback all-reduce bandwidth.
-Rank 0 writes them as JSON to --out. With one process (no torchrun) it times the plain model instead:
-the single-device step the scaling efficiency is measured against.
+"""One rank of a measured data-parallel run (started by torchrun through tformer.train.parallel_check).
 
-    python -m torch.distributed.run --standalone --nproc_per_node 2 bench/_distributed_worker.py --out r.json
+For DDP, FSDP2 full_shard and FSDP2 shard_grad_op it records the bytes this rank holds in parameters,
+gradients and optimizer state (its local shards), the payloads its collectives move in one step, its
+step time, and the loopback link (all-reduce latency and bandwidth). Before joining the process group, rank 0 times the
+plain model alone (the other ranks wait at the rendezvous, asleep): the single-device step the scaling
+efficiency is measured against. Rank 0 writes everything as JSON to --out.
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 -m tformer.train.parallel_probe \\
+        --config model.json --out measured.json
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from tformer.core.atomic import atomic_write_text
-from tformer.core.config import preset
+from tformer.core.config import ModelConfig
 from tformer.model import build
 from tformer.model.runners import runner_for
 from tformer.train import distributed as dist_util
@@ -32,8 +35,7 @@ BANDWIDTH_BYTES = 16 << 20
 
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="char-small")
-    parser.add_argument("--override", action="append", default=[], help="config override key=value (repeatable)")
+    parser.add_argument("--config", required=True, help="the model's tformer config JSON")
     parser.add_argument("--batch", type=int, default=4, help="sequences per rank (one data-parallel replica)")
     parser.add_argument("--seq", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=2)
@@ -42,11 +44,6 @@ def parse(argv=None):
     parser.add_argument("--bandwidth-bytes", type=int, default=BANDWIDTH_BYTES)
     parser.add_argument("--out", required=True)
     return parser.parse_args(argv)
-
-
-def config_of(args):
-    base = preset(args.preset)
-    return base.with_overrides(args.override) if args.override else base
 
 
 def nbytes(t: torch.Tensor) -> int:
@@ -68,20 +65,24 @@ def optimizer_bytes(opt) -> int:
     return sum(nbytes(v) for state in opt.state.values() for k, v in state.items() if k in ("exp_avg", "exp_avg_sq"))
 
 
+def _count(tally: dict, calls: dict, kind: str, tensor: torch.Tensor) -> None:
+    tally[kind] = tally.get(kind, 0) + tensor.numel() * tensor.element_size()
+    calls[kind] = calls.get(kind, 0) + 1
+
+
 @contextlib.contextmanager
-def counted_collectives(tally: dict):
+def counted_collectives(tally: dict, calls: dict):
     """Count the payloads FSDP2 hands to torch.distributed (it calls all_gather_single and
     reduce_scatter_single through the module, so wrapping the module's names sees every call):
-    an all-gather's whole (padded) output and a reduce-scatter's whole (padded) input."""
+    an all-gather's whole (padded) output and a reduce-scatter's whole (padded) input; and the calls."""
     gather, scatter = dist.all_gather_single, dist.reduce_scatter_single
 
     def all_gather_single(output_tensor, input_tensor, *a, **k):
-        tally["all_gather"] = tally.get("all_gather", 0) + output_tensor.numel() * output_tensor.element_size()
+        _count(tally, calls, "all_gather", output_tensor)
         return gather(output_tensor, input_tensor, *a, **k)
 
     def reduce_scatter_single(*a, **k):
-        tensor = k["input"] if "input" in k else a[1]
-        tally["reduce_scatter"] = tally.get("reduce_scatter", 0) + tensor.numel() * tensor.element_size()
+        _count(tally, calls, "reduce_scatter", k["input"] if "input" in k else a[1])
         return scatter(*a, **k)
 
     dist.all_gather_single, dist.reduce_scatter_single = all_gather_single, reduce_scatter_single
@@ -92,12 +93,11 @@ def counted_collectives(tally: dict):
 
 
 def _counting_allreduce(state: dict, bucket):
-    """DDP communication hook: count the bucket's payload, then all-reduce it as DDP would."""
+    """DDP communication hook: count the bucket's payload and the call, then all-reduce it as DDP would."""
     # deferred: torch.distributed's hook module loads only for a distributed run
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    buffer = bucket.buffer()
-    state["all_reduce"] = state.get("all_reduce", 0) + buffer.numel() * buffer.element_size()
+    _count(state["bytes"], state["calls"], "all_reduce", bucket.buffer())
     return default_hooks.allreduce_hook(None, bucket)
 
 
@@ -111,8 +111,10 @@ class Replica:
         self.runner = runner_for(self.model)
         gen = torch.Generator().manual_seed(1000 + rank)  # each replica its own data
         self.batch = self.runner.example_batch(torch.randint(0, config.vocab_size, (batch, seq), generator=gen))
-        self.hooked: dict = {}
+        self.hooked: dict = {"bytes": {}, "calls": {}}
         self.train = self.model
+        if layout is not None:
+            dist_util.freeze_unreached(self.model, self.runner.loss_skips)
         if layout == "ddp":
             self.train = dist_util.wrap_ddp(self.model, torch.device("cpu"))
             self.train.register_comm_hook(self.hooked, _counting_allreduce)
@@ -157,20 +159,21 @@ def measure_layout(config, layout: str, args, world: int, rank: int) -> dict:
     replica = Replica(config, layout, args.batch, args.seq, rank)
     replica.step()  # warm-up: optimizer state exists, DDP's buckets are rebuilt to their final order
     probe: dict = {}
-    replica.hooked.clear()
-    with counted_collectives({}) as tally:
+    for counts in replica.hooked.values():
+        counts.clear()  # in place: the DDP hook holds this dict as its state
+    tally, calls = {}, {}
+    with counted_collectives(tally, calls):
         replica.step(probe)
-    collectives = {**tally, **replica.hooked}  # one step's worth, before the timed steps add theirs
+    # one step's worth, before the timed steps add theirs
+    collectives, calls = {**tally, **replica.hooked["bytes"]}, {**calls, **replica.hooked["calls"]}
     times = timed_steps(replica, args.warmup, args.steps, synced=True)
     weights = probe["weights_after_forward"] if LAYOUTS[layout] == 2 else probe["weights_at_rest"]
     return {"layout": layout, "zero": LAYOUTS[layout], "weights": weights, **probe,
-            "collectives": collectives,
+            "collectives": collectives, "calls": calls,
             "step_s": statistics.median(times), "step_times_s": times, "world": world, "rank": rank}
 
 
-def loopback_bandwidth(size_bytes: int, world: int, repeats: int = 5) -> dict:
-    """Bus bandwidth of an fp32 all-reduce: 2 (N - 1) / N x bytes each rank sends, over the seconds."""
-    x = torch.ones(size_bytes // 4)
+def _median_all_reduce_s(x: torch.Tensor, repeats: int) -> float:
     dist.all_reduce(x)  # warm-up: the ring's connections are set up
     times = []
     for _ in range(repeats):
@@ -178,13 +181,21 @@ def loopback_bandwidth(size_bytes: int, world: int, repeats: int = 5) -> dict:
         t0 = time.perf_counter()
         dist.all_reduce(x)
         times.append(time.perf_counter() - t0)
-    seconds = statistics.median(times)
-    return {"bytes": size_bytes, "seconds": seconds, "bus_bytes_per_s": 2 * (world - 1) / world * size_bytes / seconds}
+    return statistics.median(times)
 
 
-def single(args) -> dict:
+def loopback_link(size_bytes: int, world: int, repeats: int = 5) -> dict:
+    """The link as the alpha-beta model sees it: the latency of one call (a 4-byte all-reduce) and the
+    bus bandwidth of a large fp32 all-reduce, 2 (N - 1) / N x bytes each rank sends, over the seconds."""
+    latency = _median_all_reduce_s(torch.ones(1), 4 * repeats)
+    seconds = _median_all_reduce_s(torch.ones(size_bytes // 4), repeats)
+    return {"bytes": size_bytes, "seconds": seconds, "bus_bytes_per_s": 2 * (world - 1) / world * size_bytes / seconds,
+            "latency_s": latency}
+
+
+def single(config, args) -> dict:
     """The plain model in one process: the step a data-parallel replica repeats."""
-    replica = Replica(config_of(args), None, args.batch, args.seq, 0)
+    replica = Replica(config, None, args.batch, args.seq, 0)
     replica.step()
     times = timed_steps(replica, args.warmup, args.steps, synced=False)
     return {"step_s": statistics.median(times), "step_times_s": times, "world": 1}
@@ -193,17 +204,16 @@ def single(args) -> dict:
 def main(argv=None) -> None:
     args = parse(argv)
     torch.set_num_threads(1)  # one core per rank: the ranks must not fight over the same cores
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        atomic_write_text(args.out, json.dumps({"single": single(args)}, indent=1) + "\n")
-        return
+    config = ModelConfig.from_file(args.config)
+    rank = int(os.environ.get("RANK", "0"))
+    alone = single(config, args) if rank == 0 else None  # before the rendezvous: the others sleep in it
     w = dist_util.init_from_env("cpu")
     try:
-        config = config_of(args)
         layouts = [measure_layout(config, name, args, w.size, w.rank) for name in args.layouts.split(",")]
-        bandwidth = loopback_bandwidth(args.bandwidth_bytes, w.size)
+        bandwidth = loopback_link(args.bandwidth_bytes, w.size)
         if w.rank == 0:
-            doc = {"world": w.size, "layouts": layouts, "loopback": bandwidth,
-                   "config": {"preset": args.preset, "override": args.override}, "batch": args.batch, "seq": args.seq}
+            doc = {"world": w.size, "single": alone, "layouts": layouts, "loopback": bandwidth,
+                   "batch": args.batch, "seq": args.seq}
             atomic_write_text(args.out, json.dumps(doc, indent=1) + "\n")
     finally:
         dist_util.shutdown()
