@@ -229,7 +229,9 @@ def devices_for(nbytes: float, device_bytes: float) -> int:
 # Activations per device --------------------------------------------------------------------------
 class Plans:
     """Caches what a layout search asks for many times: the ledger at each micro-batch size, the
-    parameters per stage at each (T, P), the activations per stage at each (T, P, M, SP)."""
+    tensors per stage at each (T, P) and what rank 0 holds of them at each shard count, the
+    activations per layer at each (T, SP, M) and per stage at each (T, P, M, SP). One Plans serves
+    every layout of one (config, workload): pass it to per_device, communication, devices_needed."""
 
     def __init__(self, config, workload):
         self.config, self.workload = config, workload
@@ -249,10 +251,6 @@ class Plans:
         if (tp, pp) not in self._tensors:
             self._tensors[tp, pp] = _stage_tensors(self.config, tp, pp, self.arch, self.all_tensors)
         return self._tensors[tp, pp]
-
-    def params(self, tp: int, pp: int) -> list[list[tuple[int, ...]]]:
-        """Per stage, the shapes one tensor-parallel rank holds."""
-        return [[shape for _, shape in st] for st in self.tensors(tp, pp)]
 
     def elements(self, tp: int, pp: int, shards: int, trained: bool = False) -> list[int]:
         """Per stage, sharded_elements of its shapes: what rank 0 of ``shards`` holds (``trained``: only

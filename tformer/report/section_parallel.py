@@ -38,10 +38,11 @@ def _valid(config, workload, layout: Layout) -> bool:
 def memory_series(config, workload) -> dict[str, list[tuple[int, int]]]:
     """Per-device training memory (bytes) against the device count: ZeRO 0-3 over data-parallel
     replicas, and tensor parallelism (one replica) with and without sequence parallelism."""
-    series = {f"ZeRO-{z} (data parallel)": [(n, per_device(config, workload, Layout(n, z))["total"])
+    plans = Plans(config, workload)
+    series = {f"ZeRO-{z} (data parallel)": [(n, per_device(config, workload, Layout(n, z), plans)["total"])
                                             for n in DEVICE_COUNTS] for z in range(4)}
     for sp in (False, True):
-        pts = [(t, per_device(config, workload, Layout(t, 0, tp=t, sequence_parallel=sp and t > 1))["total"])
+        pts = [(t, per_device(config, workload, Layout(t, 0, tp=t, sequence_parallel=sp and t > 1), plans)["total"])
                for t in TP_DEGREES if _valid(config, workload, Layout(t, 0, tp=t))]
         if len(pts) > 1:
             series["tensor parallel" + (" + sequence parallel" if sp else "")] = pts
