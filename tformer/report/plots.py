@@ -130,17 +130,27 @@ def decode_curve(rows: list[dict]) -> bytes:
 def memory_per_device(series: dict[str, list[tuple[int, float]]], capacity: float | None, capacity_label: str,
                       title: str) -> bytes:
     """Bytes per device (GiB) against the device count, one line per layout family; the named device's
-    memory as a dashed line when known."""
+    memory as a dashed line when known and within 4x of the curves (further off it would flatten them)."""
     fig = _figure(7.5, 4.4)
     ax = fig.add_subplot()
     for (label, pts), marker in zip(series.items(), "osD^vx<>"):
         ax.plot([n for n, _ in pts], [b / 2**30 for _, b in pts], marker=marker, label=label)
-    if capacity:
+    top = max(b for pts in series.values() for _, b in pts)
+    if capacity and capacity <= 4 * top:
         ax.axhline(capacity / 2**30, ls="--", lw=1, color="k", label=capacity_label)
     ax.set_xscale("log", base=2)
+    counts = sorted({n for pts in series.values() for n, _ in pts})
+    ax.set_xticks(counts, [str(n) for n in counts])
     ax.set_yscale("log")
     ax.set_xlabel("devices")
     ax.set_ylabel("training memory per device (GiB)")
+    # deferred: matplotlib loads only when a figure is drawn
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 60, not 6 x 10^1
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

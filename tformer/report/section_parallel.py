@@ -109,7 +109,9 @@ def build(ctx) -> Section:
     sec.figure("parallel_memory", plots.memory_per_device(
         series, capacity, f"{ctx.target.name} memory ({fmt.gib(capacity)})" if capacity else "",
         "Memory per device vs device count"),
-        "Training memory per device against the device count (ledger, tformer.cost.parallel).")
+        "Training memory per device against the device count (ledger, tformer.cost.parallel)"
+        + (f"; {ctx.target.name}'s {fmt.gib(capacity)} is far above every curve" if capacity and capacity > 4 * max(
+            b for pts in series.values() for _, b in pts) else "") + ".")
     counts = sorted({n for pts in series.values() for n, _ in pts})
     table = [[label] + [fmt.gib(dict(pts).get(n)) if n in dict(pts) else "-" for n in counts]
              for label, pts in series.items()]
