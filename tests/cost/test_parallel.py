@@ -260,3 +260,22 @@ def test_count_json_names_and_errors():
     bad = _tformer("count", "--preset", "gpt2", "--phase", "train", "--devices", "2", "--link-bandwidth", "fast")
     assert bad.returncode == 2 and "link" in bad.stderr and "Traceback" not in bad.stderr
     assert math.isfinite(out["parallel_time"]["overlapped_s"])
+    calls = out["communication"]["calls"]
+    assert calls == {"zero_reduce_scatter": 13, "zero_all_gather": 13, "tensor_parallel_all_reduce": 2 * 2 * 12 + 1}
+    slow = _tformer("count", "--preset", "gpt2", "--phase", "train", "--batch", "2", "--seq", "128", "--devices", "8",
+                    "--tp", "2", "--zero", "shard_grad_op", "--hardware", "h100-sxm", "--link-latency", "10", "--json")
+    c = json.loads(slow.stdout)["communication"]
+    assert c["seconds"] == pytest.approx(out["communication"]["seconds"] + sum(calls.values()) * 10e-6)
+
+
+def test_gpipe_holds_every_micro_batch_and_1f1b_at_most_the_stages():
+    config = _odd_config()  # 5 layers
+    w = Workload(phase="train", batch=8, seq=16)
+    one = P.per_device(config, w, P.Layout(devices=2, pp=2, micro_batches=8))["stages"][0]
+    gpipe = P.per_device(config, w, P.Layout(devices=2, pp=2, micro_batches=8, schedule="gpipe"))["stages"][0]
+    assert gpipe["activations"] == 4 * one["activations"] > 0  # stage 0 of 2: 8 micro-batches in flight, not 2
+    r = _tformer("count", "--preset", "gpt2", "--phase", "train", "--batch", "8", "--seq", "64", "--devices", "4",
+                 "--pp", "4", "--micro-batches", "8", "--schedule", "gpipe", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["layout"]["schedule"] == "gpipe" and "gpipe" in out["layout"]["text"]

@@ -53,7 +53,9 @@ def add_layout_arguments(parser, devices: bool = True) -> None:
                    help="ZeRO stage 0-3, or FSDP's name: no_shard (0), shard_grad_op (2), full_shard (3)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron-LM column/row split)")
     g.add_argument("--pp", type=int, default=1, help="pipeline stages")
-    g.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step in the pipeline (1F1B)")
+    g.add_argument("--micro-batches", type=int, default=1, help="micro-batches per step in the pipeline")
+    g.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b",
+                   help="pipeline schedule: 1f1b holds at most P micro-batches' activations, gpipe all M")
     g.add_argument("--sequence-parallel", action="store_true", help="with --tp: split norms and residuals too")
     g.add_argument("--link-bandwidth", metavar="GBPS|LINK",
                    help=f"link between devices, GB/s one way or one of: {', '.join(LINKS)} (default: the device's)")
@@ -64,7 +66,8 @@ def add_layout_arguments(parser, devices: bool = True) -> None:
 def load_layout(args, config, workload) -> Layout:
     """The layout the flags describe, checked against the model and workload (one-line errors)."""
     layout = Layout(devices=args.devices, zero=parse_zero(args.zero), tp=args.tp, pp=args.pp,
-                    micro_batches=args.micro_batches, sequence_parallel=args.sequence_parallel)
+                    micro_batches=args.micro_batches, sequence_parallel=args.sequence_parallel,
+                    schedule=args.schedule)
     layout.check(config, workload)
     return layout
 
