@@ -279,3 +279,17 @@ def test_gpipe_holds_every_micro_batch_and_1f1b_at_most_the_stages():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["layout"]["schedule"] == "gpipe" and "gpipe" in out["layout"]["text"]
+
+
+def test_a_pipeline_boundary_in_the_decoder_also_carries_the_encoders_output():
+    """T5 with 3 + 3 layers: cut after the encoder, the boundary sends the encoder's output (16 tokens);
+    cut inside the decoder, it sends the decoder's states (8 tokens) and the encoder's output its later
+    layers' cross-attention reads (16 tokens). A decode step does not run the encoder: 1 token."""
+    config = preset("t5-small").with_overrides(["n_layers=3", "n_decoder_layers=3", "d_model=24", "n_heads=2",
+                                                "d_ff=40", "vocab_size=50"])
+    w = Workload(phase="train", batch=2, seq=16, seq_decoder=8)
+    per_token = 2 * 24 * 4 * 2  # sequences x d x fp32 x (forward + backward)
+    assert P.communication(config, w, P.Layout(devices=2, pp=2))["bytes"]["pipeline_send"] == 16 * per_token
+    assert P.communication(config, w, P.Layout(devices=3, pp=3))["bytes"]["pipeline_send"] == (8 + 16) * per_token
+    dec = Workload(phase="decode", batch=2, seq=16, context=5)
+    assert P.communication(config, dec, P.Layout(devices=3, pp=3))["bytes"]["pipeline_send"] == 1 * 2 * 24 * 4

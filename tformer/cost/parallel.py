@@ -33,7 +33,9 @@ Traffic per device and step (bytes sent, which a ring also receives):
 - tensor parallel: per attention or MLP block one all-reduce of the (rows, d) activations forward and
   one backward, 2 (T - 1) / T of their bytes each (with sequence parallelism an all-gather and a
   reduce-scatter instead: the same volume), plus the vocabulary-parallel embedding's forward all-reduce;
-- pipeline: each boundary sends a micro-batch's (rows, d) activations forward and their gradient back.
+- pipeline: each boundary sends a micro-batch's (rows, d) activations forward and their gradient back
+  (a boundary inside an encoder-decoder's decoder also carries the encoder's output, which the later
+  layers' cross-attention reads).
 Time: each device does 1 / (T x P) of a replica's step, stretched by the pipeline bubble
 (P - 1) / (M + P - 1); communication is the bytes at the link's bandwidth in one direction plus, when
 a per-collective latency is given, that latency once per collective call (the alpha-beta model):
@@ -53,6 +55,7 @@ from tformer.cost.architecture import Architecture, Linear, describe
 from tformer.cost.layout import MAX_DEVICES, Layout, layer_count
 from tformer.cost.ledger import ledger
 from tformer.cost.memory import optimizer_bytes_per_param
+from tformer.cost.oplist import stack_tokens
 from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
 # PyTorch DDP: the first bucket after the buckets are rebuilt holds 1 MiB, the others bucket_cap_mb=25 MiB.
@@ -282,6 +285,21 @@ class Plans:
             self._largest[tp, pp] = sizes
         return self._largest[tp, pp]
 
+    def boundary_tokens(self, pp: int) -> list[int]:
+        """Per boundary between pipeline stages, the tokens per sequence whose (tokens, d) hidden states
+        cross it: the sending stack's, plus the encoder's output when a decoder layer sends (the later
+        decoder layers' cross-attention reads it). A stack that does not run (the encoder in a decode
+        step) sends nothing."""
+        in_order = [st for st in self.arch.stacks for _ in st.layers]
+        encoder = next((st for st in self.arch.stacks if not st.causal), None)
+        memory = stack_tokens(encoder, self.workload) if encoder is not None else None
+        out = []
+        for r in _stage_layers(self.n_layers, pp)[:-1]:
+            sender = in_order[r.stop - 1]
+            own = stack_tokens(sender, self.workload)
+            out.append((own.tq if own else 0) + (memory.tq if sender.cross and memory else 0))
+        return out
+
     def blocks(self, pp: int) -> list[int]:
         """Per stage, its attention and MLP blocks (each ends in one tensor-parallel all-reduce)."""
         per_layer = [len(layer.attention) + 1 for st in self.arch.stacks for layer in st.layers]
@@ -464,9 +482,10 @@ def communication(config, workload, layout: Layout, link_bandwidth: float | None
         embed = 1  # the vocabulary-parallel embedding's forward all-reduce (first stage)
         kinds["tensor_parallel_all_reduce"] = round(ring_all_reduce_bytes(act * m * (blocks * passes + embed), t))
         calls["tensor_parallel_all_reduce"] = m * (blocks * passes + embed)
-    if p > 1:
+    crossing = max(plans.boundary_tokens(p)) if p > 1 else 0
+    if crossing:
         directions = 2 if workload.training else 1  # activations forward, their gradients back
-        kinds["pipeline_send"] = act * m * directions
+        kinds["pipeline_send"] = micro * crossing * config.d_model * a * m * directions
         calls["pipeline_send"] = m * directions
     total = sum(kinds.values())
     seconds = None
