@@ -20,6 +20,7 @@ from tformer.machine import resolve_hardware
 from tformer.machine.links import link_bandwidth
 from tformer.report import plots
 from tformer.report.doc import Section
+from tformer.train.parallel_check import compare, timing
 
 DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 TP_DEGREES = (1, 2, 4, 8)
@@ -190,18 +191,17 @@ def _measured(ctx, data) -> Section:
     if not isinstance(probe, dict):
         sec.text(f"No measured multi-process run: {ctx.results.get('distributed_skip_reason', 'not run')}.")
         return sec
-    # deferred: the comparison module loads only when a run was measured
-    from tformer.train.parallel_check import compare, timing
-
     n = probe["world"]
     rows, times = compare(ctx.config, probe), timing(ctx.config, probe)
     sec.text(f"Measured here: `torchrun` with {n} CPU processes over gloo (one thread each), {probe['batch']} x "
              f"{probe['seq']} tokens per replica, fp32 AdamW, for DDP (ZeRO-0), FSDP2 `full_shard` (ZeRO-3) and "
              "`shard_grad_op` (ZeRO-2). The bytes rank 0 holds are summed over its local shards; the bytes it sends "
              "are counted by a DDP communication hook and on FSDP2's collectives.")
-    sec.table(["layout", "kind", "measured (rank 0)", "predicted (ledger)", "measured / predicted"],
+    sec.table(["layout", "kind", "measured (rank 0)", "predicted (ledger)", "measured / predicted",
+               "collective calls (measured / ledger)"],
               [[r["layout"], r["kind"], f"{r['measured']:,} B", f"{r['predicted']:,} B",
-                f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"] for r in rows],
+                f"{r['ratio']:.3f}" if r["ratio"] is not None else "-",
+                f"{r['calls']} / {r['predicted_calls']}" if "calls" in r else ""] for r in rows],
               caption=f"Bytes per device, rank 0 of {n}: measured beside the ledger")
     lb = probe["loopback"]
     sec.table(["layout", "measured step", "predicted (overlapped)", "predicted (not overlapped)",
