@@ -14,6 +14,7 @@ import torch
 from tformer.core.config import preset
 from tformer.core.errors import TformerError
 from tformer.cost import parallel as P
+from tformer.cost import placement
 from tformer.cost.layout import parse_zero
 from tformer.cost.ledger import Workload, ledger
 from tformer.model import build
@@ -65,23 +66,23 @@ def test_tensor_parallel_parameters_equal_the_real_model_cut_by_name(tp, tied):
             model.lm_head.weight, tp, dim=0)[0].numel()
     else:
         expected = _megatron_rank0(model, tp)
-    held = P.stage_parameters(config, tp=tp, pp=1)[0]
-    assert P.sharded_elements([s for _, s in held], 1) == expected
+    held = placement.stage_parameters(config, tp=tp, pp=1)[0]
+    assert placement.sharded_elements([s for _, s in held], 1) == expected
 
 
 def test_pipeline_stages_cover_every_parameter_once_plus_the_tied_copy():
     config = _odd_config()  # 5 layers, tied head
     model = build(config)
     total = sum(p.numel() for p in model.parameters())
-    stages = P.stage_parameters(config, pp=2)
-    sizes = [P.sharded_elements([s for _, s in st], 1) for st in stages]
+    stages = placement.stage_parameters(config, pp=2)
+    sizes = [placement.sharded_elements([s for _, s in st], 1) for st in stages]
     table = model.tok_embed.weight.numel()
     assert sum(sizes) == total + table  # the last stage's own copy of the tied table
     names = [[n for n, _ in st] for st in stages]
     assert sum(".layers.2." in n for n in names[0]) and not any(".layers.3." in n for n in names[0])  # 3 + 2 layers
     assert any(n.endswith("(tied copy)") for n in names[1])
     untied = _odd_config(tied_embeddings=False)
-    assert sum(P.sharded_elements([s for _, s in st], 1) for st in P.stage_parameters(untied, pp=5)) == sum(
+    assert sum(placement.sharded_elements([s for _, s in st], 1) for st in placement.stage_parameters(untied, pp=5)) == sum(
         p.numel() for p in build(untied).parameters())
 
 

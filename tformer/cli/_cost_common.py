@@ -10,6 +10,7 @@ from pathlib import Path
 from tformer.core.errors import TformerError
 from tformer.cost.layout import Layout, parse_zero
 from tformer.cost.ledger import Workload
+from tformer.cost.parallel import parallel_summary
 from tformer.interop import load_config as load
 from tformer.machine import resolve_hardware
 from tformer.machine.links import LINKS, link_bandwidth
@@ -70,6 +71,17 @@ def load_layout(args, config, workload) -> Layout:
                     schedule=args.schedule)
     layout.check(config, workload)
     return layout
+
+
+def layout_summary(args, config, workload, layout: Layout, device, roof) -> dict:
+    """cost.parallel's summary of ``layout`` with the flags' link, the device's memory and the
+    single-device step time of ``roof`` (the roofline on ``device``, or None)."""
+    link, source, latency = load_link(args, device)
+    single_s = roof.time_s if roof is not None and not isinstance(roof.time_s, str) else None
+    par = parallel_summary(config, workload, layout, link, single_s,
+                           device.memory_bytes if device is not None else None, latency)
+    par["communication"]["link_source"] = source
+    return par
 
 
 def load_link(args, device) -> tuple[float | None, str, float | None]:

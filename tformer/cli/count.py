@@ -8,10 +8,10 @@ from tformer.cli._cost_common import (
     add_model_arguments,
     add_workload_arguments,
     console,
+    layout_summary,
     load_config,
     load_device,
     load_layout,
-    load_link,
     load_workload,
 )
 from tformer.cli._parallel_print import print_parallel
@@ -19,7 +19,6 @@ from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
-from tformer.cost.parallel import parallel_summary
 from tformer.cost.roofline import roofline
 from tformer.cost.scaling import activation_alternatives
 
@@ -47,11 +46,7 @@ def run(args) -> int:
     alternatives = activation_alternatives(config, workload)
     course = course_flops(lg) if args.convention == "course" else None
     layout = load_layout(args, config, workload)
-    link, link_source, latency = load_link(args, device)
-    single_s = roof.time_s if roof is not None and not isinstance(roof.time_s, str) else None
-    par = parallel_summary(config, workload, layout, link, single_s,
-                           device.memory_bytes if device is not None else None, latency)
-    par["communication"]["link_source"] = link_source
+    par = layout_summary(args, config, workload, layout, device, roof)
 
     if args.json:
         out = lg.to_dict(include_ops=True)

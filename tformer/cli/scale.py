@@ -9,10 +9,10 @@ from tformer.cli._cost_common import (
     add_model_arguments,
     add_workload_arguments,
     console,
+    layout_summary,
     load_config,
     load_device,
     load_layout,
-    load_link,
     load_workload,
 )
 from tformer.cli._parallel_print import print_parallel
@@ -20,7 +20,6 @@ from tformer.core import fmt
 from tformer.core.errors import TformerError
 from tformer.cost import scaling
 from tformer.cost.ledger import ledger
-from tformer.cost.parallel import parallel_summary
 from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 
 NAME = "scale"
@@ -57,11 +56,7 @@ def run(args) -> int:
     parallel = None
     if not layout.single or (device is not None and device.memory_bytes):
         roof = roofline(ledger(config, workload), device, args.efficiency) if device is not None else None
-        single_s = roof.time_s if roof is not None and not isinstance(roof.time_s, str) else None
-        link, source, latency = load_link(args, device)
-        parallel = parallel_summary(config, workload, layout, link, single_s,
-                                    device.memory_bytes if device is not None else None, latency)
-        parallel["communication"]["link_source"] = source
+        parallel = layout_summary(args, config, workload, layout, device, roof)
         out["parallel"] = parallel
     if args.train_tokens is not None:
         if device is None or not device.peak(COMPUTE_DTYPE[workload.dtype]):

@@ -6,19 +6,8 @@ A layout is N devices = D data-parallel replicas x T tensor-parallel ranks x P p
 ``Workload.batch`` is the batch of one replica (DeepSpeed's "micro batch per GPU" times the
 micro-batches), so adding replicas never changes a device's activations; the global batch is D x batch.
 
-Parameters (per device, the largest stage):
-- tensor parallelism (Megatron-LM, Shoeybi et al. 2019): q, k, v, up and gate split their outputs
-  by T (column-parallel, bias split too), o and down their inputs (row-parallel, bias kept whole),
-  the token table and an untied output head their vocabulary rows (vocabulary-parallel, padded to
-  ceil(V / T) rows); norms, position and segment tables, the pooler and BERT's head transform are
-  kept whole on every rank;
-- pipeline parallelism: the layers in run order cut into P contiguous stages (the first
-  L mod P stages take one more); a stack's tables sit with its first layer, its final norm with its
-  last, the heads on the last stage, which keeps its own copy of a tied token table when P > 1;
-- ZeRO (Rajbhandari et al. 2020) over the D replicas: stage 1 shards the optimizer state (fp32
-  master and moments), 2 the gradients too, 3 the weights too. Each tensor is cut along its first
-  dimension into D pieces of ceil(rows / D) rows (FSDP2's per-parameter sharding; rank 0 holds a
-  full piece), so a device holds sum(ceil(rows / D) x rest) elements of each sharded state.
+Parameters per device, the largest stage: tformer.cost.placement (Megatron-LM tensor parallelism,
+contiguous pipeline stages, FSDP2-style ZeRO shards).
 
 Activations: what autograd keeps for one micro-batch (the ledger's saved bytes at batch / M), split
 the way Korthikanti et al. 2022 split them: tensors inside the tensor-parallel region (Q, K, V,
@@ -48,14 +37,22 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from tformer.core.errors import TformerError
-from tformer.cost.architecture import Architecture, Linear, describe
+from tformer.cost.architecture import describe
 from tformer.cost.layout import MAX_DEVICES, Layout, layer_count
 from tformer.cost.ledger import ledger
 from tformer.cost.memory import optimizer_bytes_per_param
 from tformer.cost.oplist import stack_tokens
+from tformer.cost.placement import (
+    PlacedTensor,
+    layer_spans,
+    placed_tensors,
+    stage_finder,
+    stage_layers,
+    stage_tensors,
+)
 from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
 # PyTorch DDP: the first bucket after the buckets are rebuilt holds 1 MiB, the others bucket_cap_mb=25 MiB.
@@ -66,133 +63,6 @@ MAX_TP = 8  # tensor parallelism stays inside one node (8 GPUs with NVLink) in t
 # Ops whose saved tensors live inside the tensor-parallel region (split by T); the rest are whole
 # on each rank unless sequence parallelism splits them along the sequence.
 _TP_SPLIT_KINDS = {"scores", "softmax", "context", "out_proj", "activation", "ffn_down", "lm_head", "loss"}
-
-
-# Parameters per device ---------------------------------------------------------------------------
-# How tensor parallelism cuts a Linear's tensors: (weight, bias) -> "rows" (dim 0), "cols" (dim 1), "whole".
-_LINEAR_SPLITS = {"column": ("rows", "rows"), "row": ("cols", "whole"), "vocab": ("rows", "rows"),
-                  "whole": ("whole", "whole")}
-
-
-@dataclass(frozen=True)
-class _Tensor:
-    name: str
-    shape: tuple[int, ...]
-    split: str  # "rows", "cols" or "whole" (see _LINEAR_SPLITS)
-    anchor: int | None  # the layer (in run order) it sits with; None: the heads, on the last stage
-    in_layer: bool = False  # a layer's own tensor (ZeRO-3 gathers these one layer at a time)
-
-    def tp_shape(self, tp: int) -> tuple[int, ...]:
-        if self.split == "rows":
-            return (math.ceil(self.shape[0] / tp),) + self.shape[1:]
-        if self.split == "cols":
-            return (self.shape[0], math.ceil(self.shape[1] / tp)) + self.shape[2:]
-        return self.shape
-
-
-def _spans(arch: Architecture) -> dict[str, range]:
-    """Each stack's layers as indices in run order (encoder layers, then decoder layers)."""
-    spans, start = {}, 0
-    for st in arch.stacks:
-        spans[st.name] = range(start, start + len(st.layers))
-        start += len(st.layers)
-    return spans
-
-
-def _tensors(arch: Architecture) -> list[_Tensor]:
-    """Every parameter tensor with how tensor parallelism splits it and the layer it sits with: a
-    stack's tables and embedding norm with its first layer, its final norm with its last."""
-    spans = _spans(arch)
-    out: list[_Tensor] = []
-
-    def linear(spec: Linear | None, parallel: str, anchor: int | None, in_layer: bool = False) -> None:
-        if spec is not None:
-            weight_split, bias_split = _LINEAR_SPLITS[parallel]
-            out.extend(_Tensor(n, s, bias_split if n.endswith(".bias") else weight_split, anchor, in_layer)
-                       for n, s in spec.parameters().items())
-
-    def whole(part, anchor: int | None, in_layer: bool = False) -> None:
-        if part is not None:
-            out.extend(_Tensor(n, s, "whole", anchor, in_layer) for n, s in part.parameters().items())
-
-    first = spans[arch.stacks[0].name].start
-    out.append(_Tensor(arch.tok_embed.path + ".weight", arch.tok_embed.shape, "rows", first))
-    whole(arch.type_embed, first)
-    for st in arch.stacks:
-        span = spans[st.name]
-        whole(st.positions.table, span.start)
-        whole(st.embed_norm, span.start)
-        for layer in st.layers:
-            i = span[layer.index]
-            for att in layer.attention:
-                whole(att.norm, i, True)
-                for lin in (att.q, att.k, att.v):
-                    linear(lin, "column", i, True)
-                linear(att.o, "row", i, True)
-            whole(layer.mlp.norm, i, True)
-            linear(layer.mlp.up, "column", i, True)
-            linear(layer.mlp.gate, "column", i, True)
-            linear(layer.mlp.down, "row", i, True)
-        whole(st.final_norm, span[-1])
-    linear(arch.pooler, "whole", None)
-    if arch.mlm_head is not None:
-        linear(arch.mlm_head.dense, "whole", None)
-        whole(arch.mlm_head.norm, None)
-        linear(arch.mlm_head.decoder, "vocab", None)
-    if arch.lm_head is not None:
-        linear(arch.lm_head.linear, "vocab", None)
-    return out
-
-
-def _stage_layers(n_layers: int, pp: int) -> list[range]:
-    """Contiguous layer ranges per stage; the first n mod P stages take one more layer."""
-    base, extra = divmod(n_layers, pp)
-    ranges, start = [], 0
-    for s in range(pp):
-        size = base + (1 if s < extra else 0)
-        ranges.append(range(start, start + size))
-        start += size
-    return ranges
-
-
-def _stage_finder(ranges: list[range]):
-    """anchor -> the stage holding layer ``anchor`` (None: the heads, on the last stage)."""
-    owner = [s for s, r in enumerate(ranges) for _ in r]
-    last = len(ranges) - 1
-    return lambda anchor: last if anchor is None else owner[anchor]
-
-
-def _stage_tensors(config, tp: int, pp: int, arch: Architecture | None = None,
-                   tensors: list[_Tensor] | None = None) -> list[list[tuple[_Tensor, tuple[int, ...]]]]:
-    """Per pipeline stage, each tensor one tensor-parallel rank holds and its shape there (``arch`` and
-    ``tensors``: describe(config) and _tensors of it, when the caller has them already)."""
-    arch = arch or describe(config)
-    stage_of = _stage_finder(_stage_layers(layer_count(config), pp))
-    stages: list[list[tuple[_Tensor, tuple[int, ...]]]] = [[] for _ in range(pp)]
-    tensors = tensors or _tensors(arch)
-    for t in tensors:
-        stages[stage_of(t.anchor)].append((t, t.tp_shape(tp)))
-    head = arch.lm_head.linear if arch.lm_head is not None else (arch.mlm_head.decoder if arch.mlm_head else None)
-    table = tensors[0]  # the token table
-    if head is not None and head.tied and stage_of(table.anchor) != pp - 1:
-        # The last stage computes the logits with its own copy of the tied table (Megatron-LM's way;
-        # the two copies' gradients are summed between the first and last stage).
-        copy = replace(table, name=table.name + " (tied copy)", anchor=None)
-        stages[-1].append((copy, copy.tp_shape(tp)))
-    return stages
-
-
-def stage_parameters(config, tp: int = 1, pp: int = 1) -> list[list[tuple[str, tuple[int, ...]]]]:
-    """Per pipeline stage, the (name, shape) of every parameter tensor one tensor-parallel rank holds."""
-    return [[(t.name, shape) for t, shape in st] for st in _stage_tensors(config, tp, pp)]
-
-
-def sharded_elements(shapes, shards: int) -> int:
-    """Elements rank 0 holds when each tensor is cut along dim 0 into ``shards`` pieces of
-    ceil(rows / shards) rows (FSDP2's per-parameter sharding)."""
-    if shards == 1:
-        return sum(math.prod(s) for s in shapes)
-    return sum(math.ceil(s[0] / shards) * math.prod(s[1:]) for s in shapes)
 
 
 def zero_model_state_bytes(params: float, devices: int, stage: int, weight_bytes: float = 2,
@@ -239,8 +109,8 @@ class Plans:
     def __init__(self, config, workload):
         self.config, self.workload = config, workload
         self.arch = describe(config)
-        self.spans = _spans(self.arch)
-        self.all_tensors = _tensors(self.arch)
+        self.spans = layer_spans(self.arch)
+        self.all_tensors = placed_tensors(self.arch)
         self.n_layers = layer_count(config)
         self._ledgers, self._tensors, self._acts = {}, {}, {}
         self._shape_counts, self._elements, self._largest, self._anchors = {}, {}, {}, {}
@@ -250,13 +120,13 @@ class Plans:
             self._ledgers[batch] = ledger(self.config, replace(self.workload, batch=batch))
         return self._ledgers[batch]
 
-    def tensors(self, tp: int, pp: int) -> list[list[tuple[_Tensor, tuple[int, ...]]]]:
+    def tensors(self, tp: int, pp: int) -> list[list[tuple[PlacedTensor, tuple[int, ...]]]]:
         if (tp, pp) not in self._tensors:
-            self._tensors[tp, pp] = _stage_tensors(self.config, tp, pp, self.arch, self.all_tensors)
+            self._tensors[tp, pp] = stage_tensors(self.config, tp, pp, self.arch, self.all_tensors)
         return self._tensors[tp, pp]
 
     def elements(self, tp: int, pp: int, shards: int, trained: bool = False) -> list[int]:
-        """Per stage, sharded_elements of its shapes: what rank 0 of ``shards`` holds (``trained``: only
+        """Per stage, placement.sharded_elements of its shapes: what rank 0 of ``shards`` holds (``trained``: only
         the tensors the loss reaches, which alone have gradients and optimizer state). A search asks
         this for many shard counts, and a stage repeats one layer's shapes, so each distinct
         (rows, rest of the shape) is counted once and multiplied."""
@@ -294,7 +164,7 @@ class Plans:
         encoder = next((st for st in self.arch.stacks if not st.causal), None)
         memory = stack_tokens(encoder, self.workload) if encoder is not None else None
         out = []
-        for r in _stage_layers(self.n_layers, pp)[:-1]:
+        for r in stage_layers(self.n_layers, pp)[:-1]:
             sender = in_order[r.stop - 1]
             own = stack_tokens(sender, self.workload)
             out.append((own.tq if own else 0) + (memory.tq if sender.cross and memory else 0))
@@ -303,7 +173,7 @@ class Plans:
     def blocks(self, pp: int) -> list[int]:
         """Per stage, its attention and MLP blocks (each ends in one tensor-parallel all-reduce)."""
         per_layer = [len(layer.attention) + 1 for st in self.arch.stacks for layer in st.layers]
-        return [sum(per_layer[i] for i in r) for r in _stage_layers(self.n_layers, pp)]
+        return [sum(per_layer[i] for i in r) for r in stage_layers(self.n_layers, pp)]
 
     def activations(self, layout: Layout) -> list[dict]:
         key = (layout.tp, layout.pp, layout.micro_batches, layout.sequence_parallel)
@@ -312,7 +182,7 @@ class Plans:
         return self._acts[key]
 
     def _anchor(self, op) -> int | None:
-        """The layer ``op`` runs with, as _tensors places the tensors: its own; a stack's embeddings with
+        """The layer ``op`` runs with, as placed_tensors places the tensors: its own; a stack's embeddings with
         its first layer, its final norm with its last; None for the heads and the loss."""
         if op.layer is not None:
             return self.spans[op.stack][op.layer]
@@ -362,7 +232,7 @@ class Plans:
         layer owns) or the largest working set (inference), each layer's input, the largest layer's kept
         bytes, KV cache and logits."""
         per = self._per_anchor(layout.tp, layout.sequence_parallel, self.workload.batch // layout.micro_batches)
-        stage_of = _stage_finder(_stage_layers(self.n_layers, layout.pp))
+        stage_of = stage_finder(stage_layers(self.n_layers, layout.pp))
         stages = [{"activations": 0, "outside_layers": 0, "layer_inputs": 0, "largest_layer": 0, "kv_cache": 0,
                    "logits": 0} for _ in range(layout.pp)]
         for anchor, a in per.items():
@@ -471,7 +341,7 @@ def communication(config, workload, layout: Layout, link_bandwidth: float | None
             # tensor), so a rank sends D - 1 pieces the size of rank 0's, not (D - 1) / D of the parameters.
             piece, trained_piece = max(plans.elements(t, p, d)), max(plans.elements(t, p, d, trained=True))
             # FSDP units: one per layer, one for the rest (tables, final norm, heads)
-            units = max(len(r) for r in _stage_layers(plans.n_layers, p)) + 1
+            units = max(len(r) for r in stage_layers(plans.n_layers, p)) + 1
             kinds["zero_reduce_scatter"] = (d - 1) * trained_piece * per["gradients"]
             calls["zero_reduce_scatter"] = units
             gathers = 2 if layout.zero == 3 else 1

@@ -56,6 +56,7 @@ from tformer.machine.specs import (
                                            cpu_units,
                                            detect,
                                            last_level_cache_bytes,
+                                           usable_cpus,
                                            vector_units,
 )
 
@@ -68,4 +69,5 @@ __all__ = ["DTYPES", "DTYPE_BITS", "GiB", "MATMUL_DTYPES", "NO_NATIVE", "SPEC_TA
            "device_from_dict", "device_names", "driver_gpu_names", "gpu_bandwidth", "gpu_peaks", "implied_clock_hz",
            "last_level_cache_bytes", "load_measured_device", "load_profile", "lookup", "machine_key",
            "match_gpu_name", "memory_bandwidth", "parse_pairs", "profile_path", "resolve_hardware", "save_profile",
+           "usable_cpus",
            "simd_lanes", "vector_units", "vs_theoretical"]

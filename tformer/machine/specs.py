@@ -249,14 +249,19 @@ def vector_units(cpu: CPUInfo) -> tuple[int | None, int | None, str]:
     return None, None, "unknown: architecture not recognised"
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; every logical CPU where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def cpu_info() -> CPUInfo:
     """The CPU as /proc, /sys, lscpu (and sysctl on macOS) describe it; unknown fields stay None."""
     cpu = CPUInfo(arch=platform.machine().lower())
     cpu.logical_cpus = os.cpu_count()
-    try:
-        cpu.usable_cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpu.usable_cpus = cpu.logical_cpus
+    cpu.usable_cpus = usable_cpus()
     flagset: set[str] = set()
     text = _read("/proc/cpuinfo")
     if text:

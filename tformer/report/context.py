@@ -15,7 +15,7 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
-from tformer.machine import resolve_hardware
+from tformer.machine import resolve_hardware, usable_cpus
 from tformer.machine.profile_store import load_profile, profile_path, save_profile
 from tformer.measure.bench import run_bench, torch_device
 from tformer.measure.optime import call_overhead
@@ -90,6 +90,11 @@ class Context:
     def dtype(self) -> str:
         return "fp32"
 
+    @property
+    def target_memory(self) -> int | None:
+        """Bytes of memory of the device predicted for: --hardware's, else this machine's RAM."""
+        return self.target.memory_bytes or (self.specs.memory.total_bytes if self.target is self.measured else None)
+
     def say(self, message: str) -> None:
         if self.progress:
             self.progress(f"[{self.elapsed():5.1f} s] {message}")
@@ -101,10 +106,7 @@ class Context:
 def oversubscription_note(load: float | None) -> tuple[str, str] | None:
     """A sentence when other processes already kept every usable CPU busy: timings of small ops then
     include waits for a CPU (a BLAS/OpenMP thread descheduled mid-barrier stalls its partner)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if load is None or load < cpus:
         return None
     long = (f"shared machine: the 1-minute load average was {load:.2f} on {cpus} usable CPUs before the report started "

@@ -129,14 +129,13 @@ def decode_curve(rows: list[dict]) -> bytes:
 
 def memory_per_device(series: dict[str, list[tuple[int, float]]], capacity: float | None, capacity_label: str,
                       title: str) -> bytes:
-    """Bytes per device (GiB) against the device count, one line per layout family; the named device's
-    memory as a dashed line when known and within 4x of the curves (further off it would flatten them)."""
+    """Bytes per device (GiB) against the device count, one line per layout family; ``capacity`` (the
+    named device's memory) as a dashed line when given."""
     fig = _figure(7.5, 4.4)
     ax = fig.add_subplot()
     for (label, pts), marker in zip(series.items(), "osD^vx<>"):
         ax.plot([n for n, _ in pts], [b / 2**30 for _, b in pts], marker=marker, label=label)
-    top = max(b for pts in series.values() for _, b in pts)
-    if capacity and capacity <= 4 * top:
+    if capacity:
         ax.axhline(capacity / 2**30, ls="--", lw=1, color="k", label=capacity_label)
     ax.set_xscale("log", base=2)
     counts = sorted({n for pts in series.values() for n, _ in pts})

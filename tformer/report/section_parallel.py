@@ -26,6 +26,7 @@ DEVICE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 TP_DEGREES = (1, 2, 4, 8)
 GPUS = ("h100-sxm", "a100-40gb-sxm", "rtx-4090", "t4")
 FOR_SCALE = "llama-70b"  # the devices-needed question where it is not trivially "one"
+CAPACITY_LINE_SPAN = 4  # draw the device's memory in the plot only within 4x of the largest curve
 
 
 def _valid(config, workload, layout: Layout) -> bool:
@@ -97,9 +98,18 @@ def comm_rows(config, workload, single_s: float | None, bandwidth: float,
 
 def build(ctx) -> Section:
     sec = Section(7, "Beyond one device", "parallel")
-    config, w = ctx.config, ctx.workloads["train"]
     data: dict = {}
-    capacity = ctx.target.memory_bytes or (ctx.specs.memory.total_bytes if ctx.target is ctx.measured else None)
+    _memory(sec, ctx, data)
+    _devices_needed(sec, ctx, data)
+    _communication(sec, ctx, data)
+    _measured(sec, ctx, data)
+    ctx.data["parallel"] = data
+    return sec
+
+
+def _memory(sec: Section, ctx, data: dict) -> None:
+    """Memory per device against the device count (plot and table), and what each part is at 8 devices."""
+    config, w, capacity = ctx.config, ctx.workloads["train"], ctx.target_memory
     series = memory_series(config, w)
     sec.text(f"Training {w.batch} x {w.seq} tokens per replica in fp32 with AdamW (4 B weights + 4 B gradients + "
              "8 B moments per parameter; the ZeRO paper's mixed-precision K = 12 is `tformer count --dtype bf16 "
@@ -107,14 +117,15 @@ def build(ctx) -> Section:
              "gradients too, ZeRO-3 the weights too; none of them shards activations, so the curves flatten at one "
              "replica's activations. Tensor parallelism splits each layer's matrices (and their activations, "
              "except the layer norms' and dropouts' inputs, which only sequence parallelism splits).")
+    top = max(b for pts in series.values() for _, b in pts)
+    far = capacity and capacity > CAPACITY_LINE_SPAN * top  # a line that far up would flatten the curves
     sec.figure("parallel_memory", plots.memory_per_device(
-        series, capacity, f"{ctx.target.name} memory ({fmt.gib(capacity)})" if capacity else "",
+        series, None if far else capacity, f"{ctx.target.name} memory ({fmt.gib(capacity)})" if capacity else "",
         "Memory per device vs device count"),
         "Training memory per device against the device count (ledger, tformer.cost.parallel)"
-        + (f"; {ctx.target.name}'s {fmt.gib(capacity)} is far above every curve" if capacity and capacity > 4 * max(
-            b for pts in series.values() for _, b in pts) else "") + ".")
+        + (f"; {ctx.target.name}'s {fmt.gib(capacity)} is far above every curve" if far else "") + ".")
     counts = sorted({n for pts in series.values() for n, _ in pts})
-    table = [[label] + [fmt.gib(dict(pts).get(n)) if n in dict(pts) else "-" for n in counts]
+    table = [[label] + [fmt.gib(dict(pts)[n]) if n in dict(pts) else "-" for n in counts]
              for label, pts in series.items()]
     sec.table(["layout"] + [f"{n} device{'s' if n > 1 else ''}" for n in counts], table,
               caption="Training memory per device (GiB = 2^30 B); '-': the heads or FFN do not split that many ways")
@@ -122,41 +133,41 @@ def build(ctx) -> Section:
     parts = [("ZeRO-0 (DDP)", Layout(at, 0)), ("ZeRO-1", Layout(at, 1)), ("ZeRO-2", Layout(at, 2)),
              ("ZeRO-3", Layout(at, 3)), ("tensor parallel", Layout(at, 0, tp=at))]
     split = [(name, per_device(config, w, layout)) for name, layout in parts if _valid(config, w, layout)]
-    sec.table(["on 8 devices", "weights", "gradients", "optimizer", "activations", "total"],
+    sec.table([f"on {at} devices", "weights", "gradients", "optimizer", "activations", "total"],
               [[name, fmt.gib(m["weights"] + m["kept_shard"] + m["gathered_layer"]), fmt.gib(m["gradients"]),
                 fmt.gib(m["optimizer"]), fmt.gib(m["activations"] + m["logits"]), fmt.gib(m["total"])]
                for name, m in split],
-              caption="What each device holds on 8 devices (weights include ZeRO-3's gathered layer and "
+              caption=f"What each device holds on {at} devices (weights include ZeRO-3's gathered layer and "
                       "ZeRO-2's kept fp32 shard; activations include the logits)")
     data["memory_vs_devices"] = {k: [{"devices": n, "bytes": b} for n, b in v] for k, v in series.items()}
 
+
+def _devices_needed(sec: Section, ctx, data: dict) -> None:
+    """The fewest of each named GPU for this model, then for FOR_SCALE on the same batch."""
+    w = ctx.workloads["train"]
     infer = ctx.workloads.get("decode") or ctx.workloads.get("forward")
-    rows, need = needed_rows(config, w, infer)
+    rows, need = needed_rows(ctx.config, w, infer)
     heads = ["GPU", "training (fp32 AdamW, as above)", "training (bf16 + fp32 master, ZeRO-3)"]
     if infer is not None:
         heads.append(f"inference (bf16, {infer.phase}, batch {infer.batch})")
     sec.table(heads, rows, caption="Devices needed: the fewest of each GPU that hold the step, and the layout "
                                    "(tensor parallelism up to 8 in a node, pipeline stages up to the layer count)")
     big = preset(FOR_SCALE)
+    big_train = replace(w, seq=min(w.seq, big.max_positions))
     big_infer = infer
     if infer is not None and infer.phase == "decode":
         big_infer = replace(infer, context=min(infer.context, big.max_positions - 1))
-    big_rows, big_need = needed_rows(big, replace(w, seq=min(w.seq, big.max_positions)), big_infer)
-    big_params = ledger(big, replace(w, seq=min(w.seq, big.max_positions))).params["total"]
+    big_rows, big_need = needed_rows(big, big_train, big_infer)
     sec.table([h.replace("as above", "same batch") for h in heads], big_rows,
-              caption=f"For scale: the preset {FOR_SCALE} ({fmt.params(big_params)} parameters) on the same batch "
-                      f"(`tformer count --preset {FOR_SCALE} --phase train --zero 3 --hardware NAME ...` "
-                      "gives each cell)")
+              caption=f"For scale: the preset {FOR_SCALE} ({fmt.params(ledger(big, big_train).params['total'])} "
+                      f"parameters) on the same batch (`tformer count --preset {FOR_SCALE} --phase train --zero 3 "
+                      "--hardware NAME ...` gives each cell)")
     data["devices_needed"] = {"model": need, FOR_SCALE: big_need}
 
-    sec.blocks.extend(_communication(ctx, config, w, data).blocks)
-    sec.blocks.extend(_measured(ctx, data).blocks)
-    ctx.data["parallel"] = data
-    return sec
 
-
-def _communication(ctx, config, w, data) -> Section:
-    sec = Section(None, "", "")
+def _communication(sec: Section, ctx, data: dict) -> None:
+    """Communication vs compute per step for a few layouts, over the target's link (else the measured loopback)."""
+    config, w = ctx.config, ctx.workloads["train"]
     bw, source = link_bandwidth(None, ctx.target)
     latency = None  # the spec table gives bandwidths only
     probe = ctx.results.get("distributed")
@@ -169,7 +180,7 @@ def _communication(ctx, config, w, data) -> Section:
     if bw is None:
         sec.text("Communication vs compute: the link between devices is unknown here; name a GPU with `--hardware` "
                  "(its NVLink or PCIe link is in the spec table) to see it.")
-        return sec
+        return
     rows, comm = comm_rows(config, w, single_s, bw, latency)
     sec.table(["layout", "sent per device per step", "communication", "compute per device", "step (overlapped)",
                "step (not overlapped)", "throughput vs 1 device"], rows,
@@ -182,15 +193,14 @@ def _communication(ctx, config, w, data) -> Section:
              "per layer each way, which grow with the batch and never hide.")
     data["communication_vs_compute"] = {"link_bandwidth": bw, "link_latency": latency, "link_source": source,
                                         "single_device_s": single_s, "layouts": comm}
-    return sec
 
 
-def _measured(ctx, data) -> Section:
-    sec = Section(None, "", "")
+def _measured(sec: Section, ctx, data: dict) -> None:
+    """The measured 2-process run beside the ledger: bytes and calls, then step times."""
     probe = ctx.results.get("distributed")
     if not isinstance(probe, dict):
         sec.text(f"No measured multi-process run: {ctx.results.get('distributed_skip_reason', 'not run')}.")
-        return sec
+        return
     n = probe["world"]
     rows, times = compare(ctx.config, probe), timing(ctx.config, probe)
     sec.text(f"Measured here: `torchrun` with {n} CPU processes over gloo (one thread each), {probe['batch']} x "
@@ -221,4 +231,3 @@ def _measured(ctx, data) -> Section:
              "\"Beyond one device\", has the profile).")
     data["measured"] = {"world": n, "batch": probe["batch"], "seq": probe["seq"], "bytes": rows, "time": times,
                         "single_step_s": probe["single"]["step_s"], "loopback": lb}
-    return sec

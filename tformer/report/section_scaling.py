@@ -84,7 +84,7 @@ def headroom(config, w, knob: str, capacity: int, combined: bool) -> tuple[int, 
 def build(ctx) -> Section:
     sec = Section(6, "Scaling", "scaling")
     w = ctx.workloads["train"]
-    capacity = ctx.target.memory_bytes or (ctx.specs.memory.total_bytes if ctx.target is ctx.measured else None)
+    capacity = ctx.target_memory
     wi = what_if(ctx.config, w, factor=FACTOR, device=ctx.target)
     base = wi["base"]
     rows = [["(as configured)", fmt.params(base["params"]), fmt.flops(base["flops"]), fmt.nbytes(base["memory_total"]),

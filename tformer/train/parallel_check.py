@@ -25,6 +25,7 @@ from tformer.core.files import read_json
 from tformer.cost.layout import Layout
 from tformer.cost.parallel import communication, per_device, ring_all_reduce_bytes, step_time
 from tformer.cost.workload import Workload
+from tformer.machine import usable_cpus
 
 PROBE = "tformer.train.parallel_probe"
 ROOT = Path(__file__).resolve().parents[2]  # so the ranks import this tformer, installed or not
@@ -39,10 +40,7 @@ def can_run(nproc: int) -> tuple[bool, str]:
     """Whether an N-process gloo run makes sense here, and why not."""
     if nproc < 2:
         return False, f"a data-parallel run needs at least 2 processes, got {nproc}"
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if cpus < nproc:
         return False, f"{nproc} processes need {nproc} CPUs (one each) and this process may use {cpus}"
     # deferred: torch.distributed is only asked about when a run is wanted
@@ -70,7 +68,7 @@ def run_probe(config, nproc: int, batch: int, seq: int, warmup: int = 2, steps: 
                "OMP_NUM_THREADS": "1"}
         code, output = _launch(launch + args, env, timeout_s)
         if code is None:
-            raise TformerError(f"the {nproc}-process run did not finish in {timeout_s:.0f} s; "
+            raise TformerError(f"the {nproc}-process run did not finish in {timeout_s:g} s; "
                                "lower the batch or the steps")
         if code != 0 or not out.is_file():
             raise TformerError(f"the {nproc}-process run failed (exit {code}): {first_rank_error(output)}")
