@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tformer.core.attention_kinds import ATTN_IMPLS, ATTN_KINDS, AttnOptions
 from tformer.core.errors import TformerError
 from tformer.core.files import read_json
 
@@ -65,7 +66,7 @@ POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-ATTN_IMPLS = ("sdpa", "reference")  # the keys of tformer.model.attention.ATTENTION (a test holds them equal)
+ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")
 
 # Shorthands for the feed-forward block, as papers and the oracles name it.
 MLP_SHORTHANDS = {
@@ -115,6 +116,14 @@ class ModelConfig:
     position: str = "learned"
     position_offset: int = 0  # BART's learned table starts at index 2
     rope_theta: float = 10000.0
+    # Longer context for a RoPE model: linear position interpolation, NTK-aware (a larger theta),
+    # dynamic NTK (theta grows with the sequence past the trained length), YaRN (per-frequency blend).
+    rope_scaling: str = "none"
+    rope_factor: float = 1.0  # how many times the trained context the model should reach
+    rope_original_positions: int | None = None  # the context trained at; None = max_positions / rope_factor
+    rope_beta_fast: float = 32.0  # YaRN: rotations per trained context above which a frequency is kept
+    rope_beta_slow: float = 1.0  # YaRN: ... below which it is interpolated fully
+    rope_attention_factor: float | None = None  # YaRN: cos/sin scale; None = 0.1 ln(factor) + 1
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
 
@@ -142,7 +151,19 @@ class ModelConfig:
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
 
+    # The attention kind (tformer.core.attention_kinds.ATTN_KINDS) and the settings the kinds read.
+    # Exact kinds run every attention; sparse and approximate kinds run self-attention only
+    # (cross-attention stays exact: sdpa).
     attn_impl: str = "sdpa"  # sdpa = fast path; reference = step by step, returns weights
+    attn_window: int | None = None  # sliding / strided / longformer: keys in each query's window
+    attn_dilation: int | list[int] = 1  # gap between window keys; a list gives one per layer
+    attn_global: int = 0  # longformer / bigbird: leading tokens that see and are seen by every token
+    attn_block: int = 64  # tiled / chunked / bigbird / lsh: tile, chunk, block or bucket size in tokens
+    attn_random: int = 3  # bigbird: random key blocks per query block (fixed at init)
+    attn_features: int = 256  # performer: random features
+    attn_proj: int = 256  # linformer: keys and values projected to this many rows (k)
+    attn_hashes: int = 1  # lsh: hash rounds
+    attn_seed: int = 0  # seeds random blocks, features and hashes (with the layer index)
 
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -188,6 +209,7 @@ class ModelConfig:
         choice("norm_placement", PLACEMENTS)
         choice("activation", ACTIVATIONS)
         choice("attn_impl", ATTN_IMPLS)
+        choice("rope_scaling", ROPE_SCALINGS)
 
         positive = ["n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_positions"]
         optional_positive = ["n_decoder_layers", "n_kv_heads", "head_dim"]
@@ -227,6 +249,8 @@ class ModelConfig:
         for name in ("norm_eps", "rope_theta"):  # nan and inf pass a bare `<= 0` and poison every activation
             if not 0 < getattr(self, name) < math.inf:
                 raise TformerError(f"{name} must be a finite positive number, got {getattr(self, name)}")
+        self._validate_attention()
+        self._validate_rope_scaling()
         for name, (in_use, message) in ARCH_FIELDS.items():
             if in_use(self) and name not in self.traits.fields:
                 raise TformerError(message.format(arch=self.arch))
@@ -239,6 +263,57 @@ class ModelConfig:
                 f"relative_attention_max_distance={self.relative_attention_max_distance} must exceed half the "
                 f"buckets ({self.relative_attention_num_buckets // 2}): distances beyond the exact buckets are log-spaced up to it"
             )
+
+    def _validate_attention(self) -> None:
+        kind = ATTN_KINDS[self.attn_impl]
+        for name in ("attn_block", "attn_random", "attn_features", "attn_proj", "attn_hashes"):
+            _whole(name, getattr(self, name), low=0 if name == "attn_random" else 1)
+        _whole("attn_global", self.attn_global, low=0)
+        _whole("attn_seed", self.attn_seed, low=0)
+        if self.attn_window is not None:
+            _whole("attn_window", self.attn_window, low=1)
+        layers = max(self.n_layers, self.n_decoder_layers or 0)
+        dilations = self.attn_dilation if isinstance(self.attn_dilation, list) else [self.attn_dilation]
+        if isinstance(self.attn_dilation, list) and len(dilations) != layers:
+            raise TformerError(f"attn_dilation lists {len(dilations)} dilations for {layers} layers; "
+                               "give one per layer, or one number for all")
+        for d in dilations:
+            _whole("attn_dilation", d, low=1)
+        if "attn_window" in kind.options and self.attn_window is None:
+            raise TformerError(f"attn_impl='{self.attn_impl}' needs attn_window (keys each query sees), "
+                               "e.g. --set attn_window=256")
+        if not kind.causal and self.traits.decoder:
+            able = ", ".join(n for n, k in ATTN_KINDS.items() if k.causal)
+            raise TformerError(f"attn_impl='{self.attn_impl}' cannot be causal ({kind.computed}, so every query "
+                               f"would see later tokens); use it in an encoder (arch='encoder'), or choose one of: {able}")
+        if not kind.position_bias and self.position in ("alibi", "relative"):
+            raise TformerError(f"attn_impl='{self.attn_impl}' never forms the full score matrix, so it cannot add "
+                               f"position='{self.position}' bias; use position='rope', 'learned' or 'sinusoidal'")
+
+    def _validate_rope_scaling(self) -> None:
+        if self.rope_scaling == "none":
+            return
+        if self.position != "rope":
+            raise TformerError(f"rope_scaling='{self.rope_scaling}' rescales RoPE; it needs position='rope', "
+                               f"not '{self.position}'")
+        for name in ("rope_factor", "rope_beta_fast", "rope_beta_slow"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise TformerError(f"{name} must be a finite positive number, got {getattr(self, name)}")
+        if self.rope_factor < 1:
+            raise TformerError(f"rope_factor must be at least 1 (how many times the trained context), got {self.rope_factor}")
+        if self.rope_original_positions is not None:
+            _whole("rope_original_positions", self.rope_original_positions, low=1)
+        if self.rope_attention_factor is not None and not 0 < self.rope_attention_factor < math.inf:
+            raise TformerError(f"rope_attention_factor must be a finite positive number, got {self.rope_attention_factor}")
+
+    def attention_options(self, layer: int) -> AttnOptions:
+        """The attention settings of layer ``layer`` (its dilation when attn_dilation lists one per layer)."""
+        d = self.attn_dilation
+        return AttnOptions(kind=self.attn_impl, layer=layer, window=self.attn_window,
+                           dilation=d[layer] if isinstance(d, list) else d, global_tokens=self.attn_global,
+                           block=self.attn_block, random=self.attn_random, features=self.attn_features,
+                           proj=self.attn_proj, hashes=self.attn_hashes, seed=self.attn_seed,
+                           max_positions=self.max_positions)
 
     # Conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -310,6 +385,11 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
         if "None" in t:
             return None
         raise TformerError(f"{name} cannot be null")
+    if "list[int]" in t and isinstance(value, list):
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise TformerError(f"{name} must hold whole numbers, got {item!r}")
+        return list(value)
     if t.startswith("int"):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -326,6 +406,13 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
         if not isinstance(value, str):
             raise TformerError(f"{name} must be a string, got {value!r}")
     return value
+
+
+def _whole(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TformerError(f"{name} must be a whole number, got {value!r}")
+    if value < low:
+        raise TformerError(f"{name} must be at least {low}, got {value}")
 
 
 def _divisor_near(n: int, k: int) -> int:

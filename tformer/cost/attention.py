@@ -1,51 +1,18 @@
-"""The ledger's attention rows, one cost function per attention kind, keyed by the same names as
-the model's attention implementations (tformer.core.config.ATTN_IMPLS).
+"""The ledger's attention rows, one cost function per attention kind, keyed by the same names as the
+model's attention kinds (tformer.core.attention_kinds.ATTN_KINDS).
 
-Every kind computes softmax(Q K^T * scale + bias) V with the same matmul FLOPs; the kinds differ
-in what they write to memory and keep for the backward pass. Adding a kind is one function here
-and one entry in ATTENTION_COSTS.
+Exact kinds compute softmax(Q K^T * scale + bias) V with the same matmul FLOPs and differ in what they
+write to memory and keep for the backward pass; sparse kinds charge only the pairs they form; approximate
+kinds charge their own algorithm. Adding a kind is one function (here or in its own module) and one
+entry in ATTENTION_COSTS.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tformer.core.errors import TformerError
-from tformer.cost import ops as O
-from tformer.cost.ops import MatMul, Op
+from tformer.cost.attention_call import LSE_BYTES, AttentionCall, dense_rows
+from tformer.cost.ops import Op
 from tformer.cost.workload import MASK_BYTES
-
-LSE_BYTES = 4  # a fused kernel keeps one fp32 log-sum-exp per query row
-
-
-@dataclass(frozen=True)
-class AttentionCall:
-    """One attention call's sizes as the ledger sees them. q (B, H, Tq, D), k and v (B, Hkv, Tk, D)."""
-
-    path: str  # the attention module ("decoder.layers.0.attn"); rows are named path + ".scores", ...
-    layer: int
-    stack: str
-    batch: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    tq: int
-    tk: int
-    pairs: int  # query-key pairs the FLOP count charges per (batch, head): tq * tk, or the causal ones
-    act_bytes: int  # bytes per activation element
-    extra_flops: int  # per score element: 1 for a mask or a position bias added to the scores, else 0
-    cache_bytes: int  # the K (and the V) this layer holds in the KV cache after the step
-    dropout: float  # attention dropout in force (0 outside training)
-
-    @property
-    def score_elements(self) -> int:
-        return self.batch * self.heads * self.tq * self.tk
-
-    @property
-    def score_bytes(self) -> int:
-        """The (B, H, Tq, Tk) scores, written once."""
-        return O.attention_scores_cost(self.batch, self.heads, self.tq, self.tk, self.head_dim, self.act_bytes,
-                                       self.kv_heads)[2]
 
 
 def reference(call: AttentionCall) -> list[Op]:
@@ -55,13 +22,13 @@ def reference(call: AttentionCall) -> list[Op]:
     saved = call.score_elements * call.act_bytes
     if call.dropout > 0:
         saved += call.score_elements * (MASK_BYTES + call.act_bytes)  # the mask and the dropped-out weights (used by AV)
-    return _rows(call, stored=stored, softmax_saved=saved, scores_saved=saved)
+    return dense_rows(call, stored=stored, softmax_saved=saved, scores_saved=saved)
 
 
 def sdpa(call: AttentionCall) -> list[Op]:
     """A fused (flash) kernel: the scores live in on-chip tiles and never reach memory; the backward
     recomputes them from the fp32 log-sum-exp it keeps per query row."""
-    return _rows(call, stored=0, softmax_saved=call.batch * call.heads * call.tq * LSE_BYTES, scores_saved=0)
+    return dense_rows(call, stored=0, softmax_saved=call.batch * call.heads * call.tq * LSE_BYTES, scores_saved=0)
 
 
 ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa}
@@ -74,26 +41,4 @@ def attention_rows(kind: str, call: AttentionCall) -> list[Op]:
     return ATTENTION_COSTS[kind](call)
 
 
-def _rows(call: AttentionCall, stored: int, softmax_saved: int, scores_saved: int) -> list[Op]:
-    """The three rows every kind shares. ``stored``: bytes of the scores written to memory (0: fused);
-    ``softmax_saved``: what the softmax keeps for the backward, ``scores_saved`` the s x s part of it."""
-    B, H, Hkv, dh, tq, tk, a = call.batch, call.heads, call.kv_heads, call.head_dim, call.tq, call.tk, call.act_bytes
-    p, where = call.path, dict(layer=call.layer, phase="forward", stack=call.stack)
-    mm = O.matmul_flops(1, dh, 1, batch=B * H * call.pairs)
-    q_k_read = O.attention_scores_cost(B, H, tq, tk, dh, a, Hkv)[1]
-    kv_bytes = B * Hkv * tk * dh * a
-    causal = " (causal pairs)" if call.pairs != tq * tk else ""
-    return [
-        Op(name=p + ".scores", kind="scores", **where,
-           shapes=O.matmul_label((B, H, tq, dh), (B, H, dh, tk)) + causal, dims=MatMul(B * H, tq, dh, tk),
-           matmul_flops=mm, bytes_read=q_k_read, bytes_written=stored,
-           saved_bytes=B * H * tq * dh * a + kv_bytes, cache_bytes=call.cache_bytes),  # saved: Q and K
-        # scale, (+ mask or position bias), softmax: the element-wise work between the two matmuls
-        Op(name=p + ".softmax", kind="softmax", **where, shapes=f"[{B}, {H}, {tq}, {tk}]",
-           other_flops=call.score_elements * (1 + call.extra_flops + O.SOFTMAX_FLOPS_PER_ELEMENT),
-           bytes_read=stored, bytes_written=stored, saved_bytes=softmax_saved, scores_bytes=scores_saved),
-        Op(name=p + ".context", kind="context", **where,
-           shapes=O.matmul_label((B, H, tq, tk), (B, H, tk, dh)), dims=MatMul(B * H, tq, tk, dh),
-           matmul_flops=mm, bytes_read=stored + kv_bytes, bytes_written=B * H * tq * dh * a,
-           saved_bytes=kv_bytes, cache_bytes=call.cache_bytes),  # V (the weights are saved at softmax)
-    ]
+__all__ = ["ATTENTION_COSTS", "AttentionCall", "attention_rows"]

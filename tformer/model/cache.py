@@ -4,6 +4,10 @@ Self-attention entries grow by one position per step; cross-attention entries (e
 are projected once from the encoder output and reused. Two layouts: "growing" concatenates,
 "static" pre-allocates ``max_length`` positions and writes in place (no reallocation per step,
 stable addresses for compiled graphs). Tensors are (B, H_kv, T, head_dim).
+
+An attention kind that summarises the past in a fixed-size state (linear attention, Performer) keeps
+that state per layer instead (``get_state`` / ``set_state``): a tuple of tensors whose first
+dimension is the batch, so beam search can reorder it; it cannot be rewound.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ class KVCache:
         self.length = 0  # positions held (same for every layer once a step completes)
         self._self: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self._cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
+        self._state: list[tuple[torch.Tensor, ...] | None] = [None] * n_layers
 
     @property
     def static(self) -> bool:
@@ -48,6 +53,15 @@ class KVCache:
             self.length = end
         return k_all, v_all
 
+    def get_state(self, layer: int):
+        return self._state[layer]
+
+    def set_state(self, layer: int, state: tuple[torch.Tensor, ...], new_positions: int) -> None:
+        """Keep ``layer``'s recurrent state after a step that read ``new_positions`` more tokens."""
+        self._state[layer] = state
+        if layer == self.n_layers - 1:
+            self.length += new_positions
+
     def has_cross(self, layer: int) -> bool:
         return self._cross[layer] is not None
 
@@ -61,16 +75,19 @@ class KVCache:
         """Keep batch rows ``index`` (beam search picks which hypotheses survive)."""
         self._self = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index)) for e in self._self]
         self._cross = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index)) for e in self._cross]
+        self._state = [None if e is None else tuple(t.index_select(0, index) for t in e) for e in self._state]
 
     def rewind(self, n: int) -> None:
         """Forget the last ``n`` positions of self-attention (the next step overwrites them)."""
+        if n and any(e is not None for e in self._state):
+            raise ValueError("a recurrent attention state sums every position read; it cannot forget the last ones")
         self.length = max(self.length - n, 0)
         if not self.static:  # the growing layout appends to what it holds: cut it back
             self._self = [None if e is None else (e[0][:, :, : self.length], e[1][:, :, : self.length])
                           for e in self._self]
 
     def tensors(self):
-        for entry in self._self + self._cross:
+        for entry in self._self + self._cross + self._state:
             if entry is not None:
                 yield from entry
 
@@ -82,7 +99,7 @@ class KVCache:
             if entry is not None:
                 for t in entry:
                     total += t[:, :, : self.length].numel() * t.element_size()
-        for entry in self._cross:
+        for entry in self._cross + self._state:
             if entry is not None:
                 total += sum(t.numel() * t.element_size() for t in entry)
         return total

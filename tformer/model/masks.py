@@ -1,27 +1,21 @@
 """Attention masks: which keys each query may attend to.
 
-A mask is built once per forward pass and shared by every layer of a stack. Boolean masks say
-True = may attend. They become one additive float bias (0 or -inf, plus any position bias),
-which both attention paths consume. A query that may attend to no key at all (a padding query
-in a left-padded causal batch, say) would get softmax over nothing = NaN; such "dead" rows attend
-everywhere instead and their output is set to zero afterwards, so no NaN ever appears, even in
-the backward pass.
+A mask is built once per forward pass and shared by every layer of a stack. It is kept as its
+pieces: causal or not, which keys are real (padding), an optional position bias, and where the
+queries and keys sit. Dense kinds (reference, sdpa) ask for ``bias``, one additive float tensor
+(0 or -inf, plus any position bias) built on first use; tiled, sparse and approximate kinds read
+the pieces and never build an n x n tensor.
+
+A query that may attend to no key at all (a padding query in a left-padded causal batch, say)
+would get softmax over nothing = NaN; such "dead" rows attend everywhere instead and their output
+is set to zero afterwards, so no NaN ever appears, even in the backward pass.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from functools import cached_property
 
 import torch
-
-
-class AttentionMask(NamedTuple):
-    bias: torch.Tensor | None  # (B|1, H|1, Tq, Tk) additive, or None
-    is_causal: bool  # no bias; plain causal over a square Tq == Tk (lets SDPA use its causal kernel)
-    dead_rows: torch.Tensor | None  # (B|1, 1, Tq, 1) True where a query may attend nothing
-
-
-NO_MASK = AttentionMask(None, False, None)
 
 
 def causal_mask(tq: int, tk: int, device=None) -> torch.Tensor:
@@ -36,6 +30,96 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return attention_mask.bool()[:, None, None, :]
 
 
+class AttentionMask:
+    """Which of ``tk`` keys each of ``tq`` queries may attend to.
+
+    Query i sits at position ``q_start + i`` and key j at ``k_start + j`` (positions count tokens
+    from the start of the sequence; a rolling KV cache that dropped old keys has k_start > 0).
+    causal: a key after its query is hidden. keep: (B, Tk) bool, False = padding, or None.
+    position_bias: (1|B, H|1, Tq, Tk) added to the scores, or None.
+    """
+
+    def __init__(self, tq: int, tk: int, *, causal: bool, keep: torch.Tensor | None = None,
+                 position_bias: torch.Tensor | None = None, q_start: int | None = None, k_start: int = 0,
+                 dtype: torch.dtype = torch.float32, device=None):
+        self.tq, self.tk, self.causal = tq, tk, causal
+        self.keep, self.position_bias = keep, position_bias
+        self.k_start = k_start
+        self.q_start = k_start + tk - tq if q_start is None else q_start
+        self.dtype, self.device = dtype, device
+
+    @property
+    def trivially_causal(self) -> bool:
+        """Plain causal over a square block whose queries are its keys: SDPA's is_causal applies."""
+        return self.causal and self.tq == self.tk and self.q_start == self.k_start
+
+    @property
+    def hides_future(self) -> bool:
+        """Some key sits after some query (a causal mask with work to do)."""
+        return self.causal and self.k_start + self.tk - 1 > self.q_start
+
+    @property
+    def is_causal(self) -> bool:
+        """No bias needed: plain causal attention (dense kinds pass is_causal to the kernel)."""
+        return self.keep is None and self.position_bias is None and self.trivially_causal
+
+    def positions(self):
+        """(query positions (Tq,), key positions (Tk,)) as long tensors."""
+        q = torch.arange(self.q_start, self.q_start + self.tq, device=self.device)
+        k = torch.arange(self.k_start, self.k_start + self.tk, device=self.device)
+        return q, k
+
+    def allowed(self, q_pos: torch.Tensor | None = None, k_idx: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Bool, True = may attend, for queries at positions ``q_pos`` (any shape Q..., default all)
+        against keys with indices ``k_idx`` (0..Tk-1, any shape K..., default all): shaped
+        (B|1, 1, *Q..., *K...) broadcast as padding and causality need; None when all are allowed.
+        Sparse kinds call it on gathered blocks, so the dense (Tq, Tk) grid is never formed."""
+        q_pos = self.positions()[0] if q_pos is None else q_pos
+        k_idx = torch.arange(self.tk, device=self.device) if k_idx is None else k_idx
+        nq, nk = q_pos.dim(), k_idx.dim()
+        out = None
+        if self.hides_future:
+            qp = q_pos.reshape(*q_pos.shape, *([1] * nk))
+            kp = (k_idx + self.k_start).reshape(*([1] * nq), *k_idx.shape)
+            out = (kp <= qp)[None, None]
+        if self.keep is not None:
+            pad = self.keep.bool()[:, k_idx].reshape(self.keep.shape[0], 1, *([1] * nq), *k_idx.shape)
+            out = pad if out is None else out & pad
+        return out
+
+    @cached_property
+    def _dense(self):
+        """(bias (B|1, H|1, Tq, Tk) or None, dead rows (B|1, 1, Tq, 1) or None), built once."""
+        if self.position_bias is None and self.keep is None and (not self.causal or not self.hides_future
+                                                                 or self.trivially_causal):
+            return None, None
+        allowed = self.allowed()
+        bias = torch.zeros((1, 1, self.tq, self.tk), dtype=self.dtype, device=self.device)
+        if self.position_bias is not None:
+            bias = bias + self.position_bias.to(self.dtype)
+        dead = None
+        if allowed is not None:
+            bias = bias.masked_fill(~allowed, float("-inf"))
+            dead = ~allowed.any(dim=-1, keepdim=True)
+            if bool(dead.any()):
+                bias = bias.masked_fill(dead, 0.0)
+            else:
+                dead = None
+        return bias, dead
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        """(B|1, H|1, Tq, Tk) additive: -inf where a key is hidden, plus any position bias; None when
+        nothing is hidden (or the mask is plain causal: see ``is_causal``)."""
+        return self._dense[0]
+
+    @cached_property
+    def dead_rows(self) -> torch.Tensor | None:
+        """(B|1, 1, Tq, 1) True where a query may attend to no key; None when there is none."""
+        # Causality alone always leaves a query its own key (or an earlier one): only padding kills a row.
+        return None if self.keep is None else self._dense[1]
+
+
 def build_mask(
     tq: int,
     tk: int,
@@ -43,35 +127,16 @@ def build_mask(
     causal: bool,
     key_padding: torch.Tensor | None = None,
     position_bias: torch.Tensor | None = None,
+    q_start: int | None = None,
+    k_start: int = 0,
     dtype: torch.dtype = torch.float32,
     device=None,
 ) -> AttentionMask:
+    """key_padding: (B, Tk), 1 = real token. Queries default to the last tq of the tk key positions."""
     if key_padding is not None and key_padding.shape[-1] != tk:
         raise ValueError(f"attention mask covers {key_padding.shape[-1]} keys but there are {tk}")
-    if key_padding is not None and bool(key_padding.all()):
-        key_padding = None  # nothing padded: keep the fast paths open
-    if position_bias is None and key_padding is None:
-        if not causal or tq == 1:  # one new token may attend to every cached key
-            return NO_MASK
-        if tq == tk:
-            return AttentionMask(None, True, None)
-
-    allowed = None
-    if causal:
-        allowed = causal_mask(tq, tk, device)[None, None]
-    if key_padding is not None:
-        pad = padding_mask(key_padding)
-        allowed = pad if allowed is None else allowed & pad
-
-    bias = torch.zeros((1, 1, tq, tk), dtype=dtype, device=device)
-    if position_bias is not None:
-        bias = bias + position_bias.to(dtype)
-    dead = None
-    if allowed is not None:
-        bias = bias.masked_fill(~allowed, float("-inf"))
-        dead = ~allowed.any(dim=-1, keepdim=True)
-        if bool(dead.any()):
-            bias = bias.masked_fill(dead, 0.0)
-        else:
-            dead = None
-    return AttentionMask(bias, False, dead)
+    keep = None
+    if key_padding is not None and not bool(key_padding.all()):  # nothing padded: keep the fast paths open
+        keep = key_padding.bool()
+    return AttentionMask(tq, tk, causal=causal, keep=keep, position_bias=position_bias, q_start=q_start,
+                         k_start=k_start, dtype=dtype, device=device)

@@ -6,13 +6,15 @@ MQA: one). Each key/value head serves H / H_kv consecutive query heads.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import nn
 
+from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.model.attention.reference import reference
-from tformer.model.attention.registry import attention_fn
+from tformer.model.attention.registry import make_attention
 from tformer.model.linear import Linear
 from tformer.model.masks import AttentionMask
 from tformer.model.position import apply_rope
@@ -35,8 +37,12 @@ class MultiHeadAttention(nn.Module):
         self.o_proj = Linear(self.n_heads * self.head_dim, d, bias=config.bias)
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.scale_attention else 1.0
         self.dropout_p = config.attention_dropout
-        # Looked up once: switching kind builds a new model from a new config (tformer.model.with_attention).
-        self.attend = attention_fn(config.attn_impl)
+        # Built once: switching kind builds a new model from a new config (tformer.model.with_attention).
+        # Sparse and approximate kinds shape self-attention; cross-attention reads a whole source, exactly.
+        options = config.attention_options(layer_idx)
+        if cross and ATTN_KINDS[options.kind].family != "exact":
+            options = dataclasses.replace(options, kind="sdpa")
+        self.attend = make_attention(options, self.n_heads, self.head_dim)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
@@ -54,6 +60,12 @@ class MultiHeadAttention(nn.Module):
             if rope is not None:
                 cos, sin = rope
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            recurrent = getattr(self.attend, "step", None) if not self.cross else None
+            if cache is not None and recurrent is not None and not need_weights:
+                # A kind that summarises the past in a fixed-size state keeps that state, not the keys.
+                out, state = recurrent(q, k, v, cache.get_state(self.layer_idx), mask, self.scale)
+                cache.set_state(self.layer_idx, state, k.shape[2])
+                return self._merge(out), None
             if cache is not None:
                 if self.cross:
                     cache.set_cross(self.layer_idx, k, v)
@@ -63,6 +75,9 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout_p if self.training else 0.0
         attend = reference if need_weights else self.attend  # only the reference kind keeps the weights
         out, weights = attend(q, k, v, mask, self.scale, dropout_p)
+        return self._merge(out), (weights if need_weights else None)
+
+    def _merge(self, out: torch.Tensor) -> torch.Tensor:
+        """(B, H, T, head_dim) -> concatenate heads -> output projection -> (B, T, d_model)."""
         B, _, T, _ = out.shape
-        out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)  # concatenate heads
-        return self.o_proj(out), (weights if need_weights else None)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
