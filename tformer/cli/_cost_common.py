@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.cost.layout import Layout, parse_zero
 from tformer.cost.ledger import Workload
@@ -22,6 +23,32 @@ def add_model_arguments(parser) -> None:
     src.add_argument("--config", metavar="FILE", help="a tformer config JSON (or a Hugging Face config.json)")
     src.add_argument("--hf", metavar="DIR", help="a Hugging Face model directory (reads its config.json)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    g = parser.add_argument_group("attention kind (long context; each flag sets the config field named after it)")
+    g.add_argument("--attn", metavar="KIND", help=f"attention kind (attn_impl): {', '.join(ATTN_KINDS)}")
+    for flag, field_name, text in _ATTN_FLAGS:
+        g.add_argument(flag, type=int, metavar="N", dest=field_name, help=f"{text} ({field_name})")
+
+
+_ATTN_FLAGS = (
+    ("--window", "attn_window", "keys in each query's window: sliding, strided, longformer"),
+    ("--dilation", "attn_dilation", "gap between window keys"),
+    ("--global-tokens", "attn_global", "leading tokens that see and are seen by all: longformer, bigbird"),
+    ("--block", "attn_block", "tile / chunk / block / bucket size: tiled, chunked, bigbird, lsh"),
+    ("--random-blocks", "attn_random", "random key blocks per query block: bigbird"),
+    ("--features", "attn_features", "random features: performer"),
+    ("--proj", "attn_proj", "projected length k: linformer"),
+    ("--hashes", "attn_hashes", "hash rounds: lsh"),
+)
+
+
+def attention_overrides(args) -> list[str]:
+    """The --attn flags as config overrides (``key=value``), after any --set."""
+    out = [] if getattr(args, "attn", None) is None else [f"attn_impl={args.attn}"]
+    for _, field_name, _ in _ATTN_FLAGS:
+        value = getattr(args, field_name, None)
+        if value is not None:
+            out.append(f"{field_name}={value}")
+    return out
 
 
 def add_workload_arguments(parser) -> None:
@@ -99,7 +126,7 @@ def load_config(args):
 
     # A Path, so that --config/--hf never falls back to a preset of the same name.
     path = args.config or args.hf
-    return load(Path(path) if path else args.preset or "char-small", overrides=args.set)
+    return load(Path(path) if path else args.preset or "char-small", overrides=args.set + attention_overrides(args))
 
 
 def load_workload(args, config):

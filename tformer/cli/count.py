@@ -77,6 +77,13 @@ _COURSE_NOTE = ("course assignment: 20·T·d² + 4·T²·d per layer — the fou
                 "(4·T·d²), the FFN in FLOPs (16·T·d²), QK^T+AV in FLOPs, no LM head; mixes units")
 
 
+def _print_attention(con, att: dict) -> None:
+    options = ", ".join(f"{k.removeprefix('attn_')} {v}" for k, v in att["options"].items())
+    con.print(f"attention: [bold]{att['kind']}[/] ({att['family']}; {att['computed']})" + (f"; {options}" if options else ""))
+    con.print(f"  self-attention core, forward: {fmt.flops(att['matmul_flops'])} matmul + {fmt.flops(att['other_flops'])} "
+              f"element-wise, {fmt.nbytes_gb(att['bytes'])} moved, largest layer writes {fmt.nbytes_gb(att['written_per_layer'])}")
+
+
 def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     from rich.table import Table  # deferred: --json output never loads rich
 
@@ -115,6 +122,7 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
         t.add_row("  correct forward matmul count", fmt.flops(lg.flops["by_phase"]["forward"]["matmul"]))
     con.print(t)
     con.print(f"[dim]{r['explanation']}[/]")
+    _print_attention(con, lg.attention)
 
     m = lg.memory
     t = Table(title=f"Memory ({m['recipe']})")

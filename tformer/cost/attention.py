@@ -9,6 +9,7 @@ entry in ATTENTION_COSTS.
 
 from __future__ import annotations
 
+from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.cost.attention_call import LSE_BYTES, AttentionCall, dense_rows
 from tformer.cost.ops import Op
@@ -34,6 +35,15 @@ def sdpa(call: AttentionCall) -> list[Op]:
 ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa}
 
 
+def costed_kind(config, workload, cross: bool = False) -> str:
+    """The kind the ledger costs: the config's, except that the default exact pair (sdpa / reference)
+    follows the workload's --fused-attention choice, and cross-attention always runs exact."""
+    kind = config.attn_impl
+    if kind in ("sdpa", "reference") or (cross and ATTN_KINDS[kind].family != "exact"):
+        return workload.attention_kind
+    return kind
+
+
 def attention_rows(kind: str, call: AttentionCall) -> list[Op]:
     """The scores, softmax and context rows of one attention call under attention kind ``kind``."""
     if kind not in ATTENTION_COSTS:
@@ -41,4 +51,4 @@ def attention_rows(kind: str, call: AttentionCall) -> list[Op]:
     return ATTENTION_COSTS[kind](call)
 
 
-__all__ = ["ATTENTION_COSTS", "AttentionCall", "attention_rows"]
+__all__ = ["ATTENTION_COSTS", "AttentionCall", "attention_rows", "costed_kind"]

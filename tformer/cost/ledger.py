@@ -10,15 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.cost import ops as O
 from tformer.cost.architecture import Architecture, describe
+from tformer.cost.attention import costed_kind
 from tformer.cost.conventions import conventions
 from tformer.cost.memory import memory_breakdown
 from tformer.cost.oplist import OpListBuilder, stack_tokens
 from tformer.cost.ops import Op
 from tformer.cost.rules import rules_of_thumb
 from tformer.cost.workload import Workload
+
+_PROJECTION_KINDS = ("qkv_proj", "out_proj", "norm", "residual", "rope")  # around the attention core, not in it
 
 
 @dataclass
@@ -64,7 +68,7 @@ class Ledger:
         return {"total": total, "embedding": embedding, "non_embedding": total - embedding, "trained": total - untrained,
                 "by_component": by_component}
 
-    def _param_source(self) -> "Ledger":
+    def _param_source(self) -> Ledger:
         """The op list that holds every parameter once. A decode step of an encoder-decoder does
         not run the encoder, yet its weights are in memory: count them from a forward op list."""
         if any(stack_tokens(st, self.workload) is None for st in self.architecture.stacks):
@@ -102,6 +106,27 @@ class Ledger:
     def conventions(self) -> dict:
         return conventions(self.workload)
 
+    # Attention -------------------------------------------------------------------------------
+    @cached_property
+    def attention(self) -> dict:
+        """The self-attention kind in force and what its core rows (between the projections) cost:
+        forward FLOPs, bytes moved, the largest per-layer scores tensor and what is saved for backward."""
+        c = self.config
+        name = costed_kind(c, self.workload)
+        kind = ATTN_KINDS[name]
+        paths = {a.path for st in self.architecture.stacks for layer in st.layers for a in layer.attention if not a.cross}
+        core = [op for op in self.ops if op.phase == "forward" and op.name.rsplit(".", 1)[0] in paths
+                and op.kind not in _PROJECTION_KINDS]
+        per_layer: dict[str, int] = {}
+        for op in core:
+            per_layer[op.name.rsplit(".", 1)[0]] = per_layer.get(op.name.rsplit(".", 1)[0], 0) + op.bytes_written
+        return {"kind": name, "family": kind.family, "computed": kind.computed,
+                "options": {name: getattr(c, name) for name in kind.options},
+                "matmul_flops": self.total(core, "matmul_flops"), "other_flops": self.total(core, "other_flops"),
+                "bytes": self.total(core, "bytes_read") + self.total(core, "bytes_written"),
+                "written_per_layer": max(per_layer.values(), default=0),
+                "saved": self.total(core, "saved_bytes"), "scores_saved": self.total(core, "scores_bytes")}
+
     def to_dict(self, include_ops: bool = True) -> dict:
         w = self.workload
         d = {
@@ -113,6 +138,7 @@ class Ledger:
             "rules_of_thumb": self.rules_of_thumb,
             "memory": self.memory,
             "conventions": self.conventions(),
+            "attention": self.attention,
         }
         if w.phase == "decode":
             d["workload"]["context"] = w.decode_context

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.cost import ops as O
 from tformer.cost.architecture import MLP, Architecture, Attention, Linear, Norm, Stack
-from tformer.cost.attention import attention_rows
+from tformer.cost.attention import attention_rows, costed_kind
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param
 from tformer.cost.ops import MatMul, Op
@@ -182,18 +181,10 @@ class OpListBuilder:
             dropout=self.c.attention_dropout if self.train else 0.0,
             causal=st.causal and not cross, options=self.c.attention_options(i),
         )
-        for op in attention_rows(self.attention_kind(cross), call):
+        for op in attention_rows(costed_kind(self.c, self.w, cross), call):
             self.add(op)
         self.linear(att.o, i, st.name, rows)
         self.residual(att.path + ".residual", i, st.name, rows)
-
-    def attention_kind(self, cross: bool) -> str:
-        """The kind costed: the config's, except that the default exact pair (sdpa / reference) follows
-        the workload's --fused-attention choice, and cross-attention always runs exact."""
-        kind = self.c.attn_impl
-        if kind in ("sdpa", "reference") or (cross and ATTN_KINDS[kind].family != "exact"):
-            return self.w.attention_kind
-        return kind
 
     def mlp(self, spec: MLP, i: int, stack: str, rows: int) -> None:
         c, a = self.c, self.a
