@@ -5,7 +5,7 @@ as report.md, a self-contained report.html and report.json."""
 import json
 import sys
 
-from tformer.cli._cost_common import add_model_arguments
+from tformer.cli._cost_common import add_model_arguments, attention_overrides
 
 NAME = "report"
 HELP = "Analyse a model on this machine: Markdown + self-contained HTML report with plots (default char-small)."
@@ -37,7 +37,7 @@ def run(args) -> int:
     from tformer.report.build import make_report
     from tformer.report.context import DEFAULT_SENTENCE, ReportOptions
 
-    opts = ReportOptions(preset=args.preset, config=args.config, hf=args.hf, overrides=args.set,
+    opts = ReportOptions(preset=args.preset, config=args.config, hf=args.hf, overrides=args.set + attention_overrides(args),
                          hardware=args.hardware, out=args.out, quick=args.quick, train=args.train,
                          batch=args.batch, seq=args.seq, train_seconds=args.train_seconds, data=args.data,
                          sentence=args.sentence or DEFAULT_SENTENCE, device=args.device,

@@ -12,6 +12,7 @@ from dataclasses import replace
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.cost.attention import costed_kind
 from tformer.cost.ledger import ledger
 from tformer.cost.roofline import roofline
 from tformer.model import build
@@ -42,8 +43,9 @@ class StepRunner:
         self.config, self.workload, self.device = config, w, device
         self.check(config, w)
         torch.manual_seed(seed)
-        # reference attention: explicit matmul/softmax/matmul, what the ledger lists
-        self.model = build(config.replace(attn_impl="reference"), device=device, dtype=TORCH_DTYPES[w.dtype])
+        # The kind the ledger costs: the default exact pair runs as the reference (explicit matmul,
+        # softmax, matmul, what the ledger lists); any other kind runs as itself.
+        self.model = build(config.replace(attn_impl=costed_kind(config, w)), device=device, dtype=TORCH_DTYPES[w.dtype])
         self.model.train(w.phase == "train")
         self.runner = runner_for(self.model)
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -74,7 +76,7 @@ class StepRunner:
         if w.phase not in config.traits.phases:
             raise TformerError(f"{w.phase} needs a decoder; an encoder-only model ({config.name}) has no KV cache "
                                "or generation (use --phase forward or train)")
-        if not w.materialize_scores:
+        if not w.materialize_scores and config.attn_impl in ("sdpa", "reference"):
             raise TformerError("profile runs the reference attention (materialised scores), which the measured "
                                "FLOPs are checked against; drop --fused-attention")
         positions = (w.context if w.context is not None else w.seq - 1) + 1 if w.phase == "decode" else max(
@@ -212,4 +214,4 @@ def framework_overhead(config, workload, device: str, hw, steps: int = 15, warmu
     return per_op, how
 
 
-__all__ = ["StepRunner", "TORCH_DTYPES", "framework_overhead", "skeleton", "time_skeleton"]
+__all__ = ["TORCH_DTYPES", "StepRunner", "framework_overhead", "skeleton", "time_skeleton"]
