@@ -11,9 +11,9 @@ from tformer.model import build
 
 
 def _config(kind, arch, **kw):
-    fields = dict(arch=arch, n_layers=2, d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, vocab_size=30, max_positions=64,
-                  attn_impl=kind, attn_window=4, attn_block=4, attn_random=1, attn_global=2, attn_dilation=[1, 2],
-                  position="rope", lm_head=True)
+    fields = {"arch": arch, "n_layers": 2, "d_model": 16, "n_heads": 4, "n_kv_heads": 2, "d_ff": 24,
+              "vocab_size": 30, "max_positions": 64, "attn_impl": kind, "attn_window": 4, "attn_block": 4,
+              "attn_random": 1, "attn_global": 2, "attn_dilation": [1, 2], "position": "rope", "lm_head": True}
     fields.update(kw)
     return ModelConfig(**fields)
 

@@ -17,8 +17,8 @@ SCALE = 1 / math.sqrt(D)
 
 
 def _options(kind, layer=0, **kw):
-    fields = dict(arch="decoder", n_layers=2, d_model=H * D, n_heads=H, max_positions=64, attn_impl=kind,
-                  attn_window=4, attn_block=4, attn_random=2)
+    fields = {"arch": "decoder", "n_layers": 2, "d_model": H * D, "n_heads": H, "max_positions": 64, "attn_impl": kind,
+              "attn_window": 4, "attn_block": 4, "attn_random": 2}
     fields.update(kw)
     return ModelConfig(**fields).attention_options(layer)
 
@@ -166,9 +166,9 @@ def test_bigbird_random_blocks_are_fixed_reproducible_and_causal_ones_from_the_p
 
 # Whole models ---------------------------------------------------------------------------------------------------
 def _model(kind, arch, **kw):
-    fields = dict(arch=arch, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=32, vocab_size=30, max_positions=64,
-                  attn_impl=kind, attn_window=4, attn_block=4, attn_random=1, attn_global=2, position="rope",
-                  lm_head=True)
+    fields = {"arch": arch, "n_layers": 2, "d_model": 32, "n_heads": 4, "n_kv_heads": 2, "d_ff": 32,
+              "vocab_size": 30, "max_positions": 64, "attn_impl": kind, "attn_window": 4, "attn_block": 4,
+              "attn_random": 1, "attn_global": 2, "position": "rope", "lm_head": True}
     fields.update(kw)
     return build(ModelConfig(**fields))
 

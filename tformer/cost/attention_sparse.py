@@ -31,7 +31,7 @@ def sparse(call: AttentionCall) -> list[Op]:
     """Scores, softmax and context of one sparse call, charged for the pairs its blocks form."""
     geo = geometry(call)
     B, H, Hkv, dh, a = call.batch, call.heads, call.kv_heads, call.head_dim, call.act_bytes
-    p, where = call.path, dict(layer=call.layer, phase="forward", stack=call.stack)
+    p, where = call.path, {"layer": call.layer, "phase": "forward", "stack": call.stack}
     heads, pairs = B * H, geo.pairs
     rows = geo.q_blocks * geo.block  # padded query rows
     gathered = heads * geo.q_blocks * geo.slots * geo.block * dh * a  # one of K, V gathered per query block
