@@ -161,6 +161,7 @@ def test_bigbird_random_blocks_are_fixed_reproducible_and_causal_ones_from_the_p
         assert len(real) == min(2, max(0, c - 1)) and all(j < c - 1 for j in real)
         assert len(set(real)) == len(real)
     bidirectional = [first.extra_blocks(c, geo, False) for c in range(16)]
+    assert ModelConfig(attn_impl="bigbird").attn_window is None  # its window is blocks: no attn_window needed
     assert all(len(p) == 2 and all(j not in (c - 1, c, c + 1) for j in p) for c, p in enumerate(bidirectional))
 
 

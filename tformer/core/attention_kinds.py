@@ -43,7 +43,7 @@ ATTN_KINDS: dict[str, AttnKind] = {
                            ("attn_window", "attn_dilation", "attn_global", "attn_block"),
                            summary="sliding window (dilated per layer) plus global tokens that see and are seen by all"),
     "bigbird": AttnKind("sparse", True, "with gathered blocks (window, random and global blocks)",
-                        ("attn_block", "attn_window", "attn_random", "attn_global", "attn_seed"),
+                        ("attn_block", "attn_random", "attn_global", "attn_seed"),
                         summary="block window + random blocks fixed at init + global blocks"),
     "linformer": AttnKind("approximate", False, "keys and values projected along the sequence to k rows",
                           ("attn_proj",),
