@@ -21,12 +21,16 @@ from tformer.core.errors import TformerError
 from tformer.model.attention.kind import AttentionKind, FunctionKind
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
+from tformer.model.attention.sparse_kinds import BigBird, Longformer, Strided
 
 AttentionFn = Callable[..., tuple[torch.Tensor, "torch.Tensor | None"]]  # (q, k, v, mask, scale, dropout_p)
 
 ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "sdpa": sdpa,
     "reference": reference,
+    "strided": Strided,
+    "longformer": Longformer,
+    "bigbird": BigBird,
 }
 
 
