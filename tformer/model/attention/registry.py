@@ -18,8 +18,8 @@ from torch import nn
 
 from tformer.core.attention_kinds import AttnOptions
 from tformer.core.errors import TformerError
-from tformer.model.attention.kind import AttentionKind, FunctionKind
 from tformer.model.attention.chunked import Chunked
+from tformer.model.attention.kind import AttentionKind, FunctionKind
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
 from tformer.model.attention.tiled import Tiled
