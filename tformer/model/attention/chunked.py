@@ -5,8 +5,9 @@ Softmax runs along keys, and every chunk sees all its keys, so each chunk is pla
 (no running max as in ``tiled``). For training each chunk is checkpointed
 (torch.utils.checkpoint, use_reentrant=False): the forward keeps only the chunk's inputs (views of
 Q, K, V, no copies), and the backward recomputes one chunk's weights at a time, so the backward's
-peak is also chunk x Tk, at the price of a second forward of every chunk. Dropout works: the
-checkpoint restores the RNG state, so the recomputed chunk drops the same weights.
+peak is also chunk x Tk, at the price of recomputing every chunk's weights (Q K^T and softmax; the
+non-reentrant checkpoint stops there, the product with V is not rerun). Dropout works: the checkpoint
+restores the RNG state, so the recomputed chunk drops the same weights.
 """
 
 from __future__ import annotations
