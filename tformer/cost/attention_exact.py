@@ -100,7 +100,8 @@ def chunked(call: AttentionCall) -> list[Op]:
     chunks = math.ceil(tq / chunk)
     # The backward holds one chunk's weights at a time (and its dropout mask): the peak, chunk x Tk.
     held = B * H * chunk * tk * (a + (MASK_BYTES + a if call.dropout > 0 else 0))
-    rows = dense_rows(call, stored=call.score_bytes, softmax_saved=held, scores_saved=held)  # + Q, K, V: the checkpoint's inputs
+    # Saved besides: Q, K (scores row) and V (context row), the checkpoint's inputs.
+    rows = dense_rows(call, stored=call.score_bytes, softmax_saved=held, scores_saved=held)
     again = B * Hkv * tk * dh * a * (chunks - 1)  # every chunk reads all of K (scores) and V (context)
     rows[0].bytes_read += again
     rows[2].bytes_read += again

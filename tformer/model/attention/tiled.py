@@ -186,7 +186,7 @@ class TiledAttention(torch.autograd.Function):
         blocks = _Blocks(fold_heads(q, k.shape[1]), k, v, fold_bias(bias, k.shape[1]), mask, scale, block,
                          dropout_p, seed)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(q.shape[:-1], dtype=torch.promote_types(q.dtype, torch.float32), device=q.device).view(blocks.q5.shape[:-1])
+        lse = torch.empty(blocks.q5.shape[:-1], dtype=blocks.acc, device=q.device)  # fp32 (fp64 for fp64 inputs)
         _forward(blocks, fold_heads(out, k.shape[1]), lse)
         ctx.save_for_backward(q, k, v, bias, out, lse)
         ctx.settings = (mask, scale, block, dropout_p, seed)
