@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
+from tformer.cost import attention_exact
 from tformer.cost.attention_call import LSE_BYTES, AttentionCall, dense_rows
 from tformer.cost.attention_sparse import SPARSE_COSTS
 from tformer.cost.ops import Op
@@ -33,7 +34,8 @@ def sdpa(call: AttentionCall) -> list[Op]:
     return dense_rows(call, stored=0, softmax_saved=call.batch * call.heads * call.tq * LSE_BYTES, scores_saved=0)
 
 
-ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa, **SPARSE_COSTS}
+ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa, "tiled": attention_exact.tiled,
+                   "chunked": attention_exact.chunked, **SPARSE_COSTS}
 
 
 def costed_kind(config, workload, cross: bool = False) -> str:

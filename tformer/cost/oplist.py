@@ -51,6 +51,7 @@ class OpListBuilder:
         self.ops: list[Op] = []
         self.keep_cache = w.phase in ("prefill", "decode")
         self.owned: set[str] = set()  # tables whose parameters an earlier lookup already counted
+        self.redone: dict[str, list[Op]] = {}  # forward row name -> rows its backward recomputes first
 
     # Helpers ---------------------------------------------------------------------------------
     def add(self, op: Op) -> Op:
@@ -181,8 +182,12 @@ class OpListBuilder:
             dropout=self.c.attention_dropout if self.train else 0.0,
             causal=st.causal and not cross, options=self.c.attention_options(i),
         )
-        for op in attention_rows(costed_kind(self.c, self.w, cross), call):
-            self.add(op)
+        costed = attention_rows(costed_kind(self.c, self.w, cross), call)
+        forward = [self.add(op) for op in costed if op.phase == "forward"]
+        # Rows in phase "recompute": work the kind's backward does again (tiled's Q K^T, chunked's
+        # checkpointed chunks), placed before the backward of its last forward row, when training.
+        if self.train and len(forward) < len(costed):
+            self.redone[forward[-1].name] = [op for op in costed if op.phase != "forward"]
         self.linear(att.o, i, st.name, rows)
         self.residual(att.path + ".residual", i, st.name, rows)
 
@@ -242,8 +247,9 @@ class OpListBuilder:
         """Backward: each matmul becomes two (gradient of the input and of the weight), so backward
         matmul FLOPs are exactly 2x forward (what FlopCounterMode counts); element-wise backward work
         and bytes are taken as 2x forward (a convention). Checkpointing adds one recomputed forward
-        of every layer. The optimizer touches every parameter once. ``skips``: name prefixes of ops
-        the loss never reaches (no backward, no optimizer step)."""
+        of every layer; an attention kind's own recompute rows (``self.redone``) go before its backward.
+        The optimizer touches every parameter once. ``skips``: name prefixes of ops the loss never
+        reaches (no backward, no optimizer step)."""
         w = self.w
         forward = list(self.ops)
         reached = [op for op in forward if not op.name.startswith(skips)] if skips else forward
@@ -253,6 +259,7 @@ class OpListBuilder:
                     self.ops.append(replace(op, phase="recompute", params=0, embedding_params=0, saved_bytes=0,
                                             scores_bytes=0, cache_bytes=0))
         for op in reversed(reached):
+            self.ops.extend(self.redone.get(op.name, ()))
             self.ops.append(replace(
                 op, phase="backward", matmul_flops=2 * op.matmul_flops, other_flops=O.BACKWARD_OTHER_FACTOR * op.other_flops,
                 bytes_read=2 * op.bytes_read, bytes_written=2 * op.bytes_written, params=0, embedding_params=0,

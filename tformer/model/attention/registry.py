@@ -18,16 +18,20 @@ from torch import nn
 
 from tformer.core.attention_kinds import AttnOptions
 from tformer.core.errors import TformerError
+from tformer.model.attention.chunked import Chunked
 from tformer.model.attention.kind import AttentionKind, FunctionKind
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
 from tformer.model.attention.sparse_kinds import BigBird, Longformer, Strided
+from tformer.model.attention.tiled import Tiled
 
 AttentionFn = Callable[..., tuple[torch.Tensor, "torch.Tensor | None"]]  # (q, k, v, mask, scale, dropout_p)
 
 ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "sdpa": sdpa,
     "reference": reference,
+    "tiled": Tiled,
+    "chunked": Chunked,
     "strided": Strided,
     "longformer": Longformer,
     "bigbird": BigBird,
