@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tformer.core.errors import TformerError
 from tformer.cost.attention_call import LSE_BYTES, AttentionCall, dense_rows
+from tformer.cost.attention_sliding import sliding
 from tformer.cost.ops import Op
 from tformer.cost.workload import MASK_BYTES
 
@@ -31,7 +32,7 @@ def sdpa(call: AttentionCall) -> list[Op]:
     return dense_rows(call, stored=0, softmax_saved=call.batch * call.heads * call.tq * LSE_BYTES, scores_saved=0)
 
 
-ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa}
+ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa, "sliding": sliding}
 
 
 def attention_rows(kind: str, call: AttentionCall) -> list[Op]:

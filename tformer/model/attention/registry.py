@@ -21,12 +21,14 @@ from tformer.core.errors import TformerError
 from tformer.model.attention.kind import AttentionKind, FunctionKind
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
+from tformer.model.attention.sliding import SlidingAttention
 
 AttentionFn = Callable[..., tuple[torch.Tensor, "torch.Tensor | None"]]  # (q, k, v, mask, scale, dropout_p)
 
 ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "sdpa": sdpa,
     "reference": reference,
+    "sliding": SlidingAttention,
 }
 
 
