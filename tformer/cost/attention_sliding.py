@@ -10,7 +10,6 @@ holds, (w - 1)·d + 1 past positions plus the new ones, whatever the context.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
@@ -104,7 +103,7 @@ def sliding(call: AttentionCall) -> list[Op]:
            other_flops=elements * (2 + O.SOFTMAX_FLOPS_PER_ELEMENT), bytes_read=stored, bytes_written=stored,
            saved_bytes=saved, scores_bytes=saved),
         Op(name=call.path + ".context", kind="context", **where,
-           dims=dataclasses.replace(batched, k=plan.span, n=dh),
+           dims=batched._replace(k=plan.span, n=dh),
            shapes=O.matmul_label((*lead, plan.block, plan.span), (*lead, plan.span, dh)),
            matmul_flops=mm, bytes_read=stored + k_bytes + B * Hkv * tk * dh * a,
            bytes_written=B * H * call.tq * dh * a, saved_bytes=k_bytes, cache_bytes=cache),
