@@ -25,6 +25,7 @@ class KVCache:
         self.max_length = max_length  # None: growing layout
         self.window = window  # None: keep every position; else a rolling cache of this many
         self.length = 0  # positions read (same for every layer once a step completes)
+        self.start = 0  # position of the first key held (> 0 once a rolling cache has dropped older ones)
         self._self: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self._cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self._state: list[tuple[torch.Tensor, ...] | None] = [None] * n_layers
@@ -36,12 +37,7 @@ class KVCache:
     @property
     def held(self) -> int:
         """Positions of self-attention keys held per layer (all read, or a rolling cache's last ``window``)."""
-        return self.length if self.window is None else min(self.length, self.window)
-
-    @property
-    def start(self) -> int:
-        """Position of the first key held (0 unless a rolling cache has dropped older ones)."""
-        return self.length - self.held
+        return self.length - self.start
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Append this step's k, v (B, H_kv, t, D) for ``layer``; return the keys and values held
@@ -90,7 +86,7 @@ class KVCache:
         else:
             self._self[layer] = (k[:, :, k.shape[2] - keep:], v[:, :, v.shape[2] - keep:])
         if layer == self.n_layers - 1:
-            self.length = end
+            self.length, self.start = end, end - keep
         return k, v
 
     def get_state(self, layer: int):

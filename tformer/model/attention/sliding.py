@@ -47,8 +47,8 @@ def in_window(delta: torch.Tensor, window: int, dilation: int, causal: bool) -> 
 def _indices(mask: AttentionMask, plan: BlockPlan, window: int, dilation: int, causal: bool, device):
     """Query and key indices of every gathered block, their positions and which are real.
 
-    Returns q_idx (R, N, b) and k_idx (R, N, S) clamped into range, q_ok / k_ok (same shapes) bool,
-    q_pos / k_pos positions. R rows (residues), N blocks, b queries per block, S keys per span."""
+    Returns q_idx (R, N, b) and k_idx (R, N, S) clamped into range, k_ok (R, N, S) bool (a key of the
+    sequence), q_pos / k_pos positions. R rows (residues), N blocks, b queries per block, S keys per span."""
     first = mask.q_start
     residues = (first + torch.arange(plan.rows, device=device)) % dilation  # the classes that hold queries
     base = first // dilation  # the first compressed position (position // d) of any query
@@ -59,9 +59,8 @@ def _indices(mask: AttentionMask, plan: BlockPlan, window: int, dilation: int, c
     k_comp = start[:, None] + torch.arange(plan.span, device=device)  # (N, S)
     k_pos = k_comp[None] * dilation + residues[:, None, None]  # (R, N, S)
     q_rel, k_rel = q_pos - mask.q_start, k_pos - mask.k_start
-    q_ok = (q_rel >= 0) & (q_rel < mask.tq)
     k_ok = (k_rel >= 0) & (k_rel < mask.tk)
-    return q_rel.clamp(0, mask.tq - 1), k_rel.clamp(0, mask.tk - 1), q_ok, k_ok, q_pos, k_pos
+    return q_rel.clamp(0, mask.tq - 1), k_rel.clamp(0, mask.tk - 1), k_ok, q_pos, k_pos
 
 
 def sliding_attention(q, k, v, mask: AttentionMask, scale: float, dropout_p: float = 0.0, *,
@@ -73,7 +72,7 @@ def sliding_attention(q, k, v, mask: AttentionMask, scale: float, dropout_p: flo
     B, H, Tq, D = q.shape
     causal = mask.causal
     plan = block_plan(Tq, mask.q_start, window, dilation, causal)
-    q_idx, k_idx, q_ok, k_ok, q_pos, k_pos = _indices(mask, plan, window, dilation, causal, q.device)
+    q_idx, k_idx, k_ok, q_pos, k_pos = _indices(mask, plan, window, dilation, causal, q.device)
 
     qb = q[:, :, q_idx.flatten()].view(B, H, plan.rows, plan.blocks, plan.block, D)
     kb = k[:, :, k_idx.flatten()].view(B, k.shape[1], plan.rows, plan.blocks, plan.span, D)
@@ -98,9 +97,10 @@ def sliding_attention(q, k, v, mask: AttentionMask, scale: float, dropout_p: flo
     out = torch.matmul(weights, vb)  # (B, H, R, N, b, D)
 
     # Back to sequence order: query i sits at one slot of the (R, N, b) grid.
-    slots = torch.nonzero(q_ok.flatten(), as_tuple=True)[0]
-    order = torch.empty(Tq, dtype=torch.long, device=q.device)
-    order[q_idx.flatten()[slots]] = slots
+    # Query i (position p = q_start + i) sits in row i mod d (its residue class), column p // d - q_start // d.
+    i = torch.arange(Tq, device=q.device)
+    first = mask.q_start
+    order = (i % dilation) * (plan.blocks * plan.block) + (first + i) // dilation - first // dilation
     return out.reshape(B, H, -1, D)[:, :, order], None
 
 
