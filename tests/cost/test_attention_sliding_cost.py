@@ -86,10 +86,12 @@ def test_attention_cost_grows_linearly_in_n_at_fixed_window(arch):
 
 
 def test_block_plan_pairs_are_about_2nw():
-    plan = block_plan(1000, 0, 10, 1, causal=True)
+    plan = block_plan(1000, 1000, 0, 0, 10, 1, causal=True)
     assert (plan.rows, plan.block, plan.blocks, plan.span) == (1, 10, 100, 19)
     assert plan.pairs == 1000 * 19
-    dilated = block_plan(1000, 0, 10, 4, causal=False)
+    dilated = block_plan(1000, 1000, 0, 0, 10, 4, causal=False)
     assert (dilated.rows, dilated.cols, dilated.span) == (4, 250, 30)
-    decode = block_plan(1, 57, 10, 4, causal=True)
+    decode = block_plan(1, 38, 57, 20, 10, 4, causal=True)
     assert decode.pairs == 10  # one query against its w keys
+    wide = block_plan(100, 100, 0, 0, 4096, 1, causal=True)
+    assert wide.pairs == 100 * 100  # a window wider than the sequence: the dense pairs, no more

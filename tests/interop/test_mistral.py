@@ -26,8 +26,9 @@ VOCAB, WINDOW, T = 101, 5, 13  # odd sizes; sequences longer than the window
 
 
 def _reference(window=WINDOW, seed=0):
-    config = transformers.MistralConfig(num_hidden_layers=2, hidden_size=36, num_attention_heads=6, num_key_value_heads=2,
-                                        intermediate_size=52, vocab_size=VOCAB, max_position_embeddings=64,
+    config = transformers.MistralConfig(num_hidden_layers=2, hidden_size=36, num_attention_heads=6,
+                                        num_key_value_heads=2, intermediate_size=52, vocab_size=VOCAB,
+                                        max_position_embeddings=64,
                                         rms_norm_eps=1e-5, sliding_window=window, tie_word_embeddings=False,
                                         bos_token_id=0, eos_token_id=2, pad_token_id=1)
     torch.manual_seed(seed)

@@ -39,18 +39,20 @@ def dense(q, k, v, allowed, scale):
     return out.masked_fill(dead, 0.0)
 
 
-CASES = [  # causal, dilation, Tq, Tk, k_start, padded
-    (True, 1, 13, 13, 0, False), (True, 1, 13, 13, 0, True), (True, 2, 17, 17, 0, True), (True, 3, 13, 13, 0, False),
-    (False, 1, 13, 13, 0, False), (False, 1, 11, 11, 0, True), (False, 2, 13, 13, 0, True), (False, 3, 14, 14, 0, False),
-    (True, 1, 1, 9, 0, True), (True, 2, 3, 11, 0, False),  # cached decode: the last Tq of Tk positions
-    (True, 1, 1, 5, 7, False), (True, 3, 2, 9, 4, True),  # a rolling cache: keys start at position k_start
+CASES = [  # causal, dilation, Tq, Tk, k_start, padded, window
+    (True, 1, 13, 13, 0, False, 4), (True, 1, 13, 13, 0, True, 4), (True, 2, 17, 17, 0, True, 4),
+    (True, 3, 13, 13, 0, False, 4), (False, 1, 13, 13, 0, False, 4), (False, 1, 11, 11, 0, True, 4),
+    (False, 2, 13, 13, 0, True, 4), (False, 3, 14, 14, 0, False, 4),
+    (True, 1, 1, 9, 0, True, 4), (True, 2, 3, 11, 0, False, 4),  # cached decode: the last Tq of Tk positions
+    (True, 1, 1, 5, 7, False, 4), (True, 3, 2, 9, 4, True, 4),  # a rolling cache: keys start at position k_start
+    (True, 1, 9, 9, 0, True, 40), (False, 2, 9, 9, 0, False, 40),  # a window wider than the sequence
 ]
 
 
-@pytest.mark.parametrize("causal,d,tq,tk,k_start,padded", CASES)
-def test_equals_dense_attention_with_the_window_mask(causal, d, tq, tk, k_start, padded):
+@pytest.mark.parametrize("causal,d,tq,tk,k_start,padded,w", CASES)
+def test_equals_dense_attention_with_the_window_mask(causal, d, tq, tk, k_start, padded, w):
     torch.manual_seed(0)
-    B, H, Hkv, D, w, scale = 2, 6, 2, 8, 4, 0.35
+    B, H, Hkv, D, scale = 2, 6, 2, 8, 0.35
     q = torch.randn(B, H, tq, D, dtype=torch.float64, requires_grad=True)
     k = torch.randn(B, Hkv, tk, D, dtype=torch.float64, requires_grad=True)
     v = torch.randn(B, Hkv, tk, D, dtype=torch.float64, requires_grad=True)
@@ -67,7 +69,8 @@ def test_equals_dense_attention_with_the_window_mask(causal, d, tq, tk, k_start,
     assert weights is None and not torch.isnan(got).any()
     assert (got - want).abs().max().item() < 1e-5
     grad = torch.randn_like(got)
-    for a, b in zip(torch.autograd.grad((got * grad).sum(), (q, k, v)), torch.autograd.grad((want * grad).sum(), (q, k, v))):
+    grads = [torch.autograd.grad((out * grad).sum(), (q, k, v)) for out in (got, want)]
+    for a, b in zip(*grads):
         assert not torch.isnan(a).any() and (a - b).abs().max().item() < 1e-5
     if padded and causal and tq == tk:
         assert bool((got[1, :, :6] == 0).all())  # queries that see only padding: output 0

@@ -3,9 +3,10 @@
 
 The kind permutes the queries into min(d, Tq) residue classes (dilation d), cuts each into blocks of
 b = min(w, class length) queries and scores every block against one gathered span of keys (causal:
-b + w - 1, bidirectional: b + 2w). So the pairs charged are rows x blocks x b x span, about 2·n·w
-for a causal prefill: linear in n at fixed w. A causal decode reads only the keys a rolling KV cache
-holds, (w - 1)·d + 1 past positions plus the new ones, whatever the context.
+b + w - 1, bidirectional: b + 2w; never more than the keys there are). So the pairs charged are
+rows x blocks x b x span, about 2·n·w for a causal prefill: linear in n at fixed w. A causal decode
+reads only the keys a rolling KV cache holds, (w - 1)·d + 1 past positions plus the new ones,
+whatever the context.
 """
 
 from __future__ import annotations
@@ -48,13 +49,20 @@ class BlockPlan:
         return self.rows * self.blocks * self.span
 
 
-def block_plan(tq: int, q_start: int, window: int, dilation: int, causal: bool) -> BlockPlan:
-    """Sizes of the gathered blocks for ``tq`` queries whose first sits at position ``q_start``."""
+def _columns(start: int, n: int, dilation: int) -> int:
+    """Columns of the residue grid that positions start .. start + n - 1 fill (position // d, first to last)."""
+    return (start + n - 1) // dilation - start // dilation + 1
+
+
+def block_plan(tq: int, tk: int, q_start: int, k_start: int, window: int, dilation: int, causal: bool) -> BlockPlan:
+    """Sizes of the gathered blocks for ``tq`` queries from position ``q_start`` over ``tk`` keys from
+    ``k_start``. A span never reaches past the keys there are: a window wider than the sequence costs
+    what dense attention does, no more."""
     rows = min(dilation, tq)
-    cols = (q_start + tq - 1) // dilation - q_start // dilation + 1
+    cols = _columns(q_start, tq, dilation)
     block = min(window, cols)
     blocks = -(-cols // block)
-    span = block + window - 1 if causal else block + 2 * window
+    span = min(block + window - 1 if causal else block + 2 * window, _columns(k_start, tk, dilation))
     return BlockPlan(rows, cols, block, blocks, span)
 
 
@@ -81,7 +89,7 @@ def sliding(call: AttentionCall) -> list[Op]:
     held = cache_positions(w, d)
     if call.causal:  # a decode step reads only what the rolling cache holds, plus its own keys
         tk = min(tk, held + call.tq)
-    plan = block_plan(call.tq, tk - call.tq, w, d, call.causal)
+    plan = block_plan(call.tq, tk, call.tk - call.tq, call.tk - tk, w, d, call.causal)
     B, H, Hkv, dh, a = call.batch, call.heads, call.kv_heads, call.head_dim, call.act_bytes
     lead = (B, H, plan.rows, plan.blocks)
     elements = B * H * plan.pairs

@@ -325,7 +325,8 @@ def _mistral_out(c: ModelConfig) -> dict:
     return {**out, "sliding_window": c.attn_window}
 
 
-_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "bert": _bert_out, "bart": _bart_out, "t5": _t5_out}
+_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "bert": _bert_out, "bart": _bart_out,
+            "t5": _t5_out}
 
 # What the config file cannot hold but the tensors do, copied back before the read-back comparison:
 # BERT's head, pooler and segment table, T5's tied head, BART's logits bias (a zero one is written

@@ -132,8 +132,9 @@ class KVCache:
         first, length = self.start, max(self.length - n, 0)
         needed = max(length - (self.window - 1), 0)  # the first position the next query can reach
         if first > needed:
+            most = max(self.length - (self.window - 1) - first, 0)
             raise ValueError(f"a rolling KV cache of {self.window} positions has dropped position {first - 1}, which "
-                             f"rewinding {n} would need again; rewind at most {max(self.length - (self.window - 1) - first, 0)} here")
+                             f"rewinding {n} would need again; rewind at most {most} here")
         keep = length - first
         self.length = length
         if not self.static:

@@ -15,9 +15,10 @@ into d residue classes (d rows of every d-th position) and the undilated window 
 How it is computed: each row's queries are cut into blocks of b = min(w, row length) consecutive
 queries; each block is scored against the one contiguous span of keys its window can reach (causal:
 b + w - 1 keys, the block's own and the previous w - 1; bidirectional: b + 2w, the previous and next
-w as well), gathered by index. Scores are (B, H, rows, blocks, b, span): about n·2w, never n². Pairs
-inside a span but outside a query's window, keys beyond the sequence, padding (the mask's ``keep``)
-and, causal, keys after the query are masked; a query with no allowed key gets output 0.
+w as well), gathered by index and never wider than the keys there are (a window wider than the
+sequence costs what dense attention does). Scores are (B, H, rows, blocks, b, span): about n·2w,
+never n². Pairs inside a span but outside a query's window, keys beyond the sequence, padding (the
+mask's ``keep``) and, causal, keys after the query are masked; a query with no allowed key gets 0.
 Positions are the mask's (query i at ``q_start + i``, key j at ``k_start + j``), so cached decode
 (Tq < Tk) and a rolling cache whose keys start at k_start > 0 work unchanged.
 """
@@ -56,6 +57,10 @@ def _indices(mask: AttentionMask, plan: BlockPlan, window: int, dilation: int, c
     q_pos = (base + col)[None] * dilation + residues[:, None, None]  # (R, N, b)
     lead = window - 1 if causal else window
     start = base + torch.arange(plan.blocks, device=device) * plan.block - lead  # each span's first (compressed)
+    # A span wider than a block's reach is kept inside the keys there are (a window wider than the sequence).
+    k_base = mask.k_start // dilation
+    k_last = (mask.k_start + mask.tk - 1) // dilation
+    start = start.clamp(min=k_base).clamp(max=k_last - plan.span + 1)
     k_comp = start[:, None] + torch.arange(plan.span, device=device)  # (N, S)
     k_pos = k_comp[None] * dilation + residues[:, None, None]  # (R, N, S)
     q_rel, k_rel = q_pos - mask.q_start, k_pos - mask.k_start
@@ -71,7 +76,7 @@ def sliding_attention(q, k, v, mask: AttentionMask, scale: float, dropout_p: flo
         raise TformerError("sliding attention adds no position bias (ALiBi / relative); use rope or learned positions")
     B, H, Tq, D = q.shape
     causal = mask.causal
-    plan = block_plan(Tq, mask.q_start, window, dilation, causal)
+    plan = block_plan(Tq, mask.tk, mask.q_start, mask.k_start, window, dilation, causal)
     q_idx, k_idx, k_ok, q_pos, k_pos = _indices(mask, plan, window, dilation, causal, q.device)
 
     qb = q[:, :, q_idx.flatten()].view(B, H, plan.rows, plan.blocks, plan.block, D)
