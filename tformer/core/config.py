@@ -472,6 +472,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "llama-13b": dict(_LLAMA, n_layers=40, d_model=5120, n_heads=40, d_ff=13824),
     "llama-70b": dict(_LLAMA, n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8, d_ff=28672,
                       max_positions=4096, norm_eps=1e-5),
+    # Mistral 7B v0.1 (Jiang et al. 2023): LLaMA's layout with GQA and a 4096-token sliding window.
+    "mistral-7b": dict(_LLAMA, n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, max_positions=32768,
+                       rope_theta=10000.0, norm_eps=1e-5, attn_impl="sliding", attn_window=4096),
 }
 
 

@@ -13,6 +13,7 @@ from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.cost import attention_exact
 from tformer.cost.attention_call import LSE_BYTES, AttentionCall, dense_rows
+from tformer.cost.attention_sliding import sliding
 from tformer.cost.attention_sparse import SPARSE_COSTS
 from tformer.cost.ops import Op
 from tformer.cost.workload import MASK_BYTES
@@ -35,7 +36,7 @@ def sdpa(call: AttentionCall) -> list[Op]:
 
 
 ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa, "tiled": attention_exact.tiled,
-                   "chunked": attention_exact.chunked, **SPARSE_COSTS}
+                   "chunked": attention_exact.chunked, "sliding": sliding, **SPARSE_COSTS}
 
 
 def costed_kind(config, workload, cross: bool = False) -> str:

@@ -125,10 +125,16 @@ def _rope_theta(d: dict) -> float:
 def _llama(d: dict) -> dict:
     mt = d["model_type"]
     attn_bias, mlp_bias = bool(d.get("attention_bias", False)), bool(d.get("mlp_bias", False))
+    if mt == "mistral":  # HF's Mistral layers have no bias, whatever the file says
+        attn_bias = mlp_bias = False
     if attn_bias != mlp_bias:
         _refuse(mt, f"attention_bias={attn_bias} but mlp_bias={mlp_bias} (tformer has one bias switch)")
-    if d.get("sliding_window") is not None:
-        _refuse(mt, f"sliding_window={d['sliding_window']}")
+    # Mistral's window (HF's default 4096 when the file names none; null = full attention) is our
+    # "sliding" kind, the same keys i - w < j <= i; Llama has no window, so one in its file is refused.
+    window = d.get("sliding_window", 4096) if mt == "mistral" else d.get("sliding_window")
+    if window is not None and mt != "mistral":
+        _refuse(mt, f"sliding_window={window}")
+    attention = dict(attn_impl="sliding", attn_window=int(window)) if window is not None else {}
     hidden, heads = d["hidden_size"], d["num_attention_heads"]
     head_dim = d.get("head_dim")
     return dict(
@@ -143,6 +149,7 @@ def _llama(d: dict) -> dict:
         pad_token_id=_token_id(d, "pad_token_id"), bos_token_id=_token_id(d, "bos_token_id"),
         eos_token_id=_token_id(d, "eos_token_id"),
         **_dropouts(mt, dropout=0.0, attention_dropout=d.get("attention_dropout", 0.0), activation_dropout=0.0),
+        **attention,
     )
 
 
@@ -233,6 +240,7 @@ _READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "b
 # writer below (and its reader above).
 HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
     "decoder": (({"position": "learned", "norm": "layernorm"}, "gpt2", "GPT2LMHeadModel"),
+                ({"position": "rope", "norm": "rmsnorm", "attn_impl": "sliding"}, "mistral", "MistralForCausalLM"),
                 ({"position": "rope", "norm": "rmsnorm"}, "llama", "LlamaForCausalLM")),
     "encoder": (({"lm_head": True}, "bert", "BertForMaskedLM"),
                 ({"lm_head": False}, "bert", "BertModel")),
@@ -249,6 +257,7 @@ def hf_family(config: ModelConfig) -> tuple[str, str]:
     raise TformerError(
         f"no Hugging Face family matches this {config.arch} with position='{config.position}' and "
         f"norm='{config.norm}'; save_hf writes GPT-2 (learned+layernorm decoder), LLaMA (rope+rmsnorm decoder), "
+        "Mistral (LLaMA with attn_impl='sliding'), "
         "BERT (encoder), BART (learned encoder-decoder) or T5 (relative encoder-decoder)"
     )
 
@@ -310,7 +319,14 @@ def _t5_out(c: ModelConfig) -> dict:
                 decoder_start_token_id=c.decoder_start_token_id, is_encoder_decoder=True)
 
 
-_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "bert": _bert_out, "bart": _bart_out, "t5": _t5_out}
+def _mistral_out(c: ModelConfig) -> dict:
+    # Mistral has no bias switches (a biased model fails the read-back: it would load without them).
+    out = {k: v for k, v in _llama_out(c).items() if k not in ("attention_bias", "mlp_bias")}
+    return {**out, "sliding_window": c.attn_window}
+
+
+_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "bert": _bert_out, "bart": _bart_out,
+            "t5": _t5_out}
 
 # What the config file cannot hold but the tensors do, copied back before the read-back comparison:
 # BERT's head, pooler and segment table, T5's tied head, BART's logits bias (a zero one is written

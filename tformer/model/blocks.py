@@ -118,12 +118,16 @@ class Stack(nn.Module):
             h = self.embed_norm(h)
         h = self.dropout(h)
 
+        # A rolling cache (sliding window) has dropped the oldest keys: those it holds start at k_start.
+        k_start = cache.start if cache is not None else 0
+        if attention_mask is not None and k_start:
+            attention_mask = attention_mask[:, k_start:]
         score_bias = None
         if self.score_bias is not None:
-            k_pos = torch.arange(total, device=h.device)
-            score_bias = self.score_bias(k_pos[past:], k_pos)
-        self_mask = build_mask(T, total, causal=self.causal, key_padding=attention_mask,
-                               position_bias=score_bias, dtype=h.dtype, device=h.device)
+            k_pos = torch.arange(k_start, total, device=h.device)
+            score_bias = self.score_bias(k_pos[past - k_start:], k_pos)
+        self_mask = build_mask(T, total - k_start, causal=self.causal, key_padding=attention_mask,
+                               position_bias=score_bias, k_start=k_start, dtype=h.dtype, device=h.device)
         cross_mask = None
         if memory is not None:
             cross_mask = build_mask(T, memory.shape[1], causal=False, key_padding=memory_mask,

@@ -8,6 +8,10 @@ stable addresses for compiled graphs). Tensors are (B, H_kv, T, head_dim).
 An attention kind that summarises the past in a fixed-size state (linear attention, Performer) keeps
 that state per layer instead (``get_state`` / ``set_state``): a tuple of tensors whose first
 dimension is the batch, so beam search can reorder it; it cannot be rewound.
+
+A rolling cache (``window`` set: causal sliding-window attention) holds only the last ``window``
+positions of each layer, whatever the length read: ``length`` still counts every position read (the
+next token's position), ``held`` the positions kept, and the keys held start at position ``start``.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import torch
 
 
 class KVCache:
-    def __init__(self, n_layers: int, max_length: int | None = None):
+    def __init__(self, n_layers: int, max_length: int | None = None, window: int | None = None):
         self.n_layers = n_layers
         self.max_length = max_length  # None: growing layout
-        self.length = 0  # positions held (same for every layer once a step completes)
+        self.window = window  # None: keep every position; else a rolling cache of this many
+        self.length = 0  # positions read (same for every layer once a step completes)
+        self.start = 0  # position of the first key held (> 0 once a rolling cache has dropped older ones)
         self._self: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self._cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self._state: list[tuple[torch.Tensor, ...] | None] = [None] * n_layers
@@ -28,11 +34,19 @@ class KVCache:
     def static(self) -> bool:
         return self.max_length is not None
 
+    @property
+    def held(self) -> int:
+        """Positions of self-attention keys held per layer (all read, or a rolling cache's last ``window``)."""
+        return self.length - self.start
+
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Append this step's k, v (B, H_kv, t, D) for ``layer``; return all keys and values so far."""
+        """Append this step's k, v (B, H_kv, t, D) for ``layer``; return the keys and values held
+        before it followed by these (a rolling cache: positions ``start`` .. length + t - 1)."""
         start = self.length
         end = start + k.shape[2]
         entry = self._self[layer]
+        if self.window is not None:
+            return self._roll(layer, k, v, end)
         if self.static:
             if end > self.max_length:
                 raise ValueError(f"static KV cache holds {self.max_length} positions; step needs {end}")
@@ -52,6 +66,28 @@ class KVCache:
         if layer == self.n_layers - 1:
             self.length = end
         return k_all, v_all
+
+    def _roll(self, layer: int, k: torch.Tensor, v: torch.Tensor, end: int):
+        """Rolling layout: attend over what is held plus the new positions, keep the last ``window``.
+        Static: one buffer of ``window`` positions per layer, rewritten in place."""
+        if self.static and end > self.max_length:
+            raise ValueError(f"static KV cache holds {self.max_length} positions; step needs {end}")
+        held, entry = self.held, self._self[layer]
+        if entry is not None:
+            k = torch.cat([entry[0][:, :, :held], k], dim=2)
+            v = torch.cat([entry[1][:, :, :held], v], dim=2)
+        keep = min(k.shape[2], self.window)
+        if self.static:
+            if entry is None:
+                shape = (k.shape[0], k.shape[1], self.window, k.shape[3])
+                entry = self._self[layer] = (k.new_zeros(shape), v.new_zeros(shape))
+            entry[0][:, :, :keep] = k[:, :, k.shape[2] - keep:]
+            entry[1][:, :, :keep] = v[:, :, v.shape[2] - keep:]
+        else:
+            self._self[layer] = (k[:, :, k.shape[2] - keep:], v[:, :, v.shape[2] - keep:])
+        if layer == self.n_layers - 1:
+            self.length, self.start = end, end - keep
+        return k, v
 
     def get_state(self, layer: int):
         return self._state[layer]
@@ -81,10 +117,28 @@ class KVCache:
         """Forget the last ``n`` positions of self-attention (the next step overwrites them)."""
         if n and any(e is not None for e in self._state):
             raise ValueError("a recurrent attention state sums every position read; it cannot forget the last ones")
+        if self.window is not None and n > 0:
+            self._rewind_rolling(n)
+            return
         self.length = max(self.length - n, 0)
         if not self.static:  # the growing layout appends to what it holds: cut it back
             self._self = [None if e is None else (e[0][:, :, : self.length], e[1][:, :, : self.length])
                           for e in self._self]
+
+    def _rewind_rolling(self, n: int) -> None:
+        """A rolling cache keeps one position more than a query's window reaches back, (w - 1)·d + 1
+        positions for w - 1 past keys: it can forget one position (the measured decode step rewinds one
+        to stay at a fixed context), or any number while nothing has been dropped yet."""
+        first, length = self.start, max(self.length - n, 0)
+        needed = max(length - (self.window - 1), 0)  # the first position the next query can reach
+        if first > needed:
+            most = max(self.length - (self.window - 1) - first, 0)
+            raise ValueError(f"a rolling KV cache of {self.window} positions has dropped position {first - 1}, which "
+                             f"rewinding {n} would need again; rewind at most {most} here")
+        keep = length - first
+        self.length = length
+        if not self.static:
+            self._self = [None if e is None else (e[0][:, :, :keep], e[1][:, :, :keep]) for e in self._self]
 
     def tensors(self):
         for entry in self._self + self._cross + self._state:
@@ -98,7 +152,7 @@ class KVCache:
         for entry in self._self:
             if entry is not None:
                 for t in entry:
-                    total += t[:, :, : self.length].numel() * t.element_size()
+                    total += t[:, :, : self.held].numel() * t.element_size()
         for entry in self._cross + self._state:
             if entry is not None:
                 total += sum(t.numel() * t.element_size() for t in entry)

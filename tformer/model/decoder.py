@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from tformer.cost.architecture import describe
+from tformer.model.attention.sliding import rolling_positions
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -24,7 +25,8 @@ class DecoderLM(TransformerModel):
         self.tie_weights()
 
     def new_cache(self, max_length: int | None = None) -> KVCache:
-        return KVCache(self.config.n_layers, max_length)
+        """Sliding-window attention gets a rolling cache: memory capped at the window, whatever the length."""
+        return KVCache(self.config.n_layers, max_length, window=rolling_positions(self.config))
 
     def forward(
         self,

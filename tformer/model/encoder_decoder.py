@@ -12,6 +12,7 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
+from tformer.model.attention.sliding import rolling_positions
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -32,7 +33,7 @@ class EncoderDecoderModel(TransformerModel):
             self.final_logits_bias = None
 
     def new_cache(self, max_length: int | None = None) -> KVCache:
-        return KVCache(self.config.n_decoder_layers, max_length)
+        return KVCache(self.config.n_decoder_layers, max_length, window=rolling_positions(self.config))
 
     def encode(self, input_ids, attention_mask=None, output_attentions=False):
         """(B, S) source ids -> (memory (B, S, d_model), per-layer attention weights)."""

@@ -22,6 +22,7 @@ from tformer.model.attention.chunked import Chunked
 from tformer.model.attention.kind import AttentionKind, FunctionKind
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
+from tformer.model.attention.sliding import SlidingAttention
 from tformer.model.attention.sparse_kinds import BigBird, Longformer, Strided
 from tformer.model.attention.tiled import Tiled
 
@@ -32,6 +33,7 @@ ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "reference": reference,
     "tiled": Tiled,
     "chunked": Chunked,
+    "sliding": SlidingAttention,
     "strided": Strided,
     "longformer": Longformer,
     "bigbird": BigBird,
