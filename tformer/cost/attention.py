@@ -10,6 +10,7 @@ entry in ATTENTION_COSTS.
 from __future__ import annotations
 
 from tformer.core.errors import TformerError
+from tformer.cost import attention_approx
 from tformer.cost.attention_call import LSE_BYTES, AttentionCall, dense_rows
 from tformer.cost.ops import Op
 from tformer.cost.workload import MASK_BYTES
@@ -31,7 +32,8 @@ def sdpa(call: AttentionCall) -> list[Op]:
     return dense_rows(call, stored=0, softmax_saved=call.batch * call.heads * call.tq * LSE_BYTES, scores_saved=0)
 
 
-ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa}
+ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa,
+                   "linear": attention_approx.linear, "performer": attention_approx.performer}
 
 
 def attention_rows(kind: str, call: AttentionCall) -> list[Op]:

@@ -42,8 +42,10 @@ class StepRunner:
         self.config, self.workload, self.device = config, w, device
         self.check(config, w)
         torch.manual_seed(seed)
-        # reference attention: explicit matmul/softmax/matmul, what the ledger lists
-        self.model = build(config.replace(attn_impl="reference"), device=device, dtype=TORCH_DTYPES[w.dtype])
+        # The default exact pair runs as reference attention (explicit matmul/softmax/matmul, what the
+        # ledger lists for it); any other kind runs itself, as the ledger costs it.
+        kind = "reference" if config.attn_impl in ("sdpa", "reference") else config.attn_impl
+        self.model = build(config.replace(attn_impl=kind), device=device, dtype=TORCH_DTYPES[w.dtype])
         self.model.train(w.phase == "train")
         self.runner = runner_for(self.model)
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -124,8 +126,14 @@ class StepRunner:
     def _infer(self) -> None:
         phase = self.workload.phase
         if phase == "decode":
+            kv = self.cache.kv
+            # A recurrent state (linear attention, Performer) cannot forget a position: put it back instead.
+            saved = kv.snapshot() if kv.recurrent else None
             self.runner.step(self.cache, self.next_ids)
-            self.runner.rewind(self.cache, 1)  # the next step overwrites position ``context`` again
+            if saved is not None:
+                kv.restore(saved)
+            else:
+                self.runner.rewind(self.cache, 1)  # the next step overwrites position ``context`` again
         elif phase == "prefill":
             cache = self.runner.new_cache(self.workload.batch)
             self.runner.prefill(cache, self.target, source=self.source, all_logits=True)

@@ -18,7 +18,9 @@ from torch import nn
 
 from tformer.core.attention_kinds import AttnOptions
 from tformer.core.errors import TformerError
+from tformer.model.attention.kernelized import LinearAttention
 from tformer.model.attention.kind import AttentionKind, FunctionKind
+from tformer.model.attention.performer import Performer
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
 
@@ -27,6 +29,8 @@ AttentionFn = Callable[..., tuple[torch.Tensor, "torch.Tensor | None"]]  # (q, k
 ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "sdpa": sdpa,
     "reference": reference,
+    "linear": LinearAttention,
+    "performer": Performer,
 }
 
 
