@@ -200,3 +200,61 @@ def test_performer_features_are_fixed_by_seed_and_layer_and_not_saved():
     other = [m.features for m in build(config.replace(attn_seed=4)).modules() if type(m).__name__ == "Performer"]
     assert not torch.equal(wa[0], other[0])
     assert not any("features" in name for name in a.state_dict())
+
+
+# Linformer --------------------------------------------------------------------------------------------
+def _encoder(name, **kw):
+    return ModelConfig(arch="encoder", n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, vocab_size=40,
+                       max_positions=24, attn_impl=name, attn_proj=6, lm_head=True, **kw)
+
+
+def test_linformer_equals_its_formula_and_right_padding_equals_cut_keys():
+    kind = _kind("linformer", causal=False, attn_proj=5).double()
+    q, k, v = _qkv()
+    keep = torch.ones(2, 10, dtype=torch.long)
+    keep[1, 6:] = 0
+    out, weights = kind(q, k, v, build_mask(10, 10, causal=False, key_padding=keep), SCALE)
+    E, Fm = kind.E[:, :10], kind.F[:, :10]
+    kz, vz = k * keep[:, None, :, None], v * keep[:, None, :, None]
+    expected = torch.softmax(q @ (E @ kz).transpose(-2, -1) * SCALE, dim=-1) @ (Fm @ vz)
+    assert weights is None and torch.allclose(out, expected, atol=1e-10, rtol=0)
+    cut, _ = kind(q[1:], k[1:, :, :6], v[1:, :, :6], build_mask(10, 6, causal=False), SCALE)
+    assert torch.allclose(out[1:], cut, atol=1e-10, rtol=0)
+    dead, _ = kind(q, k, v, build_mask(10, 10, causal=False, key_padding=torch.zeros(2, 10)), SCALE)
+    assert (dead == 0).all()
+
+
+def test_linformer_parameters_are_in_the_state_dict_and_the_description():
+    from tformer.cost.architecture import describe
+    from tformer.cost.ledger import ledger
+
+    config = _encoder("linformer")
+    model = build(config)
+    names = dict(model.named_parameters())
+    assert names["encoder.layers.0.attn.attend.E"].shape == (6, 24)
+    assert "encoder.layers.1.attn.attend.F" in model.state_dict()
+    assert list(describe(config).parameters().items()) == [(n, tuple(p.shape)) for n, p in names.items()]
+    owners = {op.name for op in ledger(config, Workload(seq=8)).ops if op.params}
+    assert "encoder.layers.0.attn.attend" in owners and owners <= {n.rsplit(".", 1)[0] for n in names}
+    bound = 1 / math.sqrt(24)
+    E = names["encoder.layers.0.attn.attend.E"]
+    assert E.abs().max() <= bound and E.std() > bound / 3  # initialised, not left empty
+
+
+def test_linformer_is_refused_in_a_decoder_and_past_its_projection_length():
+    from tformer.core.errors import TformerError
+
+    with pytest.raises(TformerError, match="cannot be causal"):
+        _decoder("linformer")
+    model = build(_encoder("linformer", position="rope")).eval()
+    with pytest.raises(TformerError, match="max_positions=24"):
+        model(torch.randint(0, 40, (1, 30)))
+    model(torch.randint(0, 40, (1, 24)))  # up to n_max is fine
+
+
+def test_linformer_trains_its_projections():
+    model = build(_encoder("linformer"))
+    out = model(torch.randint(0, 40, (2, 12)))
+    out.logits.sum().backward()
+    grad = model.encoder.layers[0].attn.attend.E.grad
+    assert grad is not None and grad[:, :12].abs().sum() > 0 and (grad[:, 12:] == 0).all()

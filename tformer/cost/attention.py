@@ -33,7 +33,8 @@ def sdpa(call: AttentionCall) -> list[Op]:
 
 
 ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa,
-                   "linear": attention_approx.linear, "performer": attention_approx.performer}
+                   "linear": attention_approx.linear, "performer": attention_approx.performer,
+                   "linformer": attention_approx.linformer}
 
 
 def attention_rows(kind: str, call: AttentionCall) -> list[Op]:

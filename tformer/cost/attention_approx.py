@@ -102,4 +102,24 @@ def performer(call: AttentionCall) -> list[Op]:
     return _kernelised(call, call.options.features, projected=True)
 
 
-__all__ = ["chunk_sizes", "linear", "lsh_buckets", "performer"]
+# Linformer ---------------------------------------------------------------------------------------------
+def linformer(call: AttentionCall) -> list[Op]:
+    """E K and F V (k x n times n x D per key/value head), then exact attention over the k projected
+    rows: the scores are n x k. The projection row is named after the module owning E and F."""
+    B, Hkv, D, a, n = call.batch, call.kv_heads, call.head_dim, call.act_bytes, call.tk
+    k, n_max = call.options.proj, call.options.max_positions
+    kv_in = 2 * B * Hkv * n * D * a
+    project = Op(name=call.path + ".attend", kind="qkv_proj", **_where(call),
+                 shapes=f"2 x [{k}, {n}] @ [{B}, {Hkv}, {n}, {D}]", dims=MatMul(2 * B * Hkv, k, n, D),
+                 matmul_flops=2 * O.matmul_flops(k, n, D, batch=B * Hkv), bytes_read=kv_in + 2 * k * n * a,
+                 bytes_written=2 * B * Hkv * k * D * a, params=2 * k * n_max, weight_bytes=2 * k * n * a,
+                 saved_bytes=kv_in)  # K and V, for E's and F's gradients
+    # Padding is zeroed before the projection: nothing is added to the n x k scores.
+    short = replace(call, tk=k, pairs=call.tq * k, extra_flops=0, cache_bytes=0)
+    saved = short.score_elements * a
+    if call.dropout > 0:
+        saved += short.score_elements * (MASK_BYTES + a)  # the mask and the dropped-out weights
+    return [project, *dense_rows(short, stored=short.score_bytes, softmax_saved=saved, scores_saved=saved)]
+
+
+__all__ = ["chunk_sizes", "linear", "linformer", "lsh_buckets", "performer"]

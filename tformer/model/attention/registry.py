@@ -20,6 +20,7 @@ from tformer.core.attention_kinds import AttnOptions
 from tformer.core.errors import TformerError
 from tformer.model.attention.kernelized import LinearAttention
 from tformer.model.attention.kind import AttentionKind, FunctionKind
+from tformer.model.attention.linformer import Linformer
 from tformer.model.attention.performer import Performer
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
@@ -31,6 +32,7 @@ ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "reference": reference,
     "linear": LinearAttention,
     "performer": Performer,
+    "linformer": Linformer,
 }
 
 
