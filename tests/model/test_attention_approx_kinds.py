@@ -258,3 +258,98 @@ def test_linformer_trains_its_projections():
     out.logits.sum().backward()
     grad = model.encoder.layers[0].attn.attend.E.grad
     assert grad is not None and grad[:, :12].abs().sum() > 0 and (grad[:, 12:] == 0).all()
+
+
+# Reformer's LSH ------------------------------------------------------------------------------------------
+def _lsh(causal, block, hashes=3, seed=0):
+    return _kind("lsh", causal=causal, attn_block=block, attn_hashes=hashes, attn_seed=seed).double()
+
+
+def _masked_softmax(scores, count, allowed, v):
+    """softmax over the (round, key) pairs met: exp(s_ij) counted count_ij times; no key -> 0."""
+    allowed = allowed & (count > 0)
+    scores = (scores + count.clamp(min=1).log()).masked_fill(~allowed, float("-inf"))
+    dead = ~allowed.any(-1, keepdim=True)
+    return torch.softmax(scores.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lsh_with_one_chunk_is_exact_attention(causal):
+    kind = _lsh(causal, block=16)  # block >= n: one chunk, every key in reach
+    q, k, v = _qkv(T=13)
+    keep = torch.ones(2, 13, dtype=torch.long)
+    keep[0, :4] = 0
+    mask = build_mask(13, 13, causal=causal, key_padding=keep)
+    out, _ = kind(q, k, v, mask, SCALE)
+    allowed = mask.allowed()
+    scores = (q @ k.transpose(-2, -1) * SCALE).masked_fill(~allowed, float("-inf"))
+    dead = ~allowed.any(-1, keepdim=True)
+    exact = torch.softmax(scores.masked_fill(dead, 0.0), -1).masked_fill(dead, 0.0) @ v
+    assert torch.allclose(out, exact, atol=1e-10, rtol=0) and torch.isfinite(out).all()
+
+
+def _chunk_of(buckets, block):
+    """(B, H, T) buckets -> each position's chunk in the order sorted by (bucket, position)."""
+    T = buckets.shape[-1]
+    order = (buckets * T + torch.arange(T)).argsort(-1)
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(T).expand_as(order))
+    return rank // block
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lsh_with_many_buckets_equals_dense_attention_over_the_same_pattern(causal):
+    T, block, hashes = 37, 4, 3
+    kind = _lsh(causal, block=block, hashes=hashes)
+    q, k, v = _qkv(T=T)
+    keep = torch.ones(2, T, dtype=torch.long)
+    keep[1, -5:] = 0
+    mask = build_mask(T, T, causal=causal, key_padding=keep)
+    out, _ = kind(q, k, v, mask, SCALE)
+    # The pattern, rebuilt from the rotations: angular LSH, sort, chunk, own and previous chunk.
+    n_buckets = 2 * math.ceil(math.ceil(T / block) / 2)
+    rotations = kind.rotations[:, :, : n_buckets // 2]
+    count = torch.zeros(2, 4, T, T, dtype=torch.float64)
+    def bucket(x, r):
+        y = F.normalize(x, dim=-1) @ rotations[r]
+        return torch.cat([y, -y], -1).argmax(-1)
+
+    for r in range(hashes):
+        cq, ck = _chunk_of(bucket(q, r), block), _chunk_of(bucket(k, r), block)
+        gap = cq[..., :, None] - ck[..., None, :]
+        count += ((gap == 0) | (gap == 1)).double()
+    eye = torch.eye(T, dtype=torch.bool)
+    count = torch.where(eye, float(hashes), count)  # own key: once per round; never from a chunk as well
+    expected = _masked_softmax(q @ k.transpose(-2, -1) * SCALE, count, mask.allowed(), v)
+    assert torch.allclose(out, expected, atol=1e-10, rtol=0)
+    assert (count[..., ~eye] == 0).float().mean() > 0.5  # the pattern is sparse: most pairs never meet
+
+
+def test_lsh_is_fixed_by_its_seed_and_never_reads_padding():
+    q, k, v = _qkv(T=30)
+    mask = build_mask(30, 30, causal=False, key_padding=torch.ones(2, 30).index_fill(1, torch.arange(25, 30), 0))
+    a, _ = _lsh(False, block=4, seed=1)(q, k, v, mask, SCALE)
+    b, _ = _lsh(False, block=4, seed=1)(q, k, v, mask, SCALE)
+    c, _ = _lsh(False, block=4, seed=2)(q, k, v, mask, SCALE)
+    assert torch.equal(a, b) and not torch.allclose(a, c)
+    v2 = v.clone()
+    v2[:, :, 25:] = 1e6  # padded values: never reached
+    d, _ = _lsh(False, block=4, seed=1)(q, k, v2, mask, SCALE)
+    assert torch.equal(a, d)
+
+
+def test_lsh_decoder_trains_and_generates_with_a_kv_cache():
+    torch.manual_seed(2)
+    model = build(_decoder("lsh", attn_hashes=2))
+    model(torch.randint(0, 40, (2, 20))).logits.sum().backward()
+    assert model.decoder.layers[0].attn.q_proj.weight.grad.abs().sum() > 0
+    out = generate(model.eval(), [[5, 6, 7, 8, 9], [3, 4]], max_new_tokens=6)
+    assert [len(s) for s in out.sequences] == [6, 6] and out.cache_bytes > 0
+    # The step rule: a new query meets the cached keys of its buckets (and itself), nothing after it.
+    kind = _lsh(True, block=4, hashes=2)
+    q, k, v = _qkv(T=12)
+    step, _ = kind(q[..., -1:, :], k, v, build_mask(1, 12, causal=True), SCALE)
+    hq, hk = kind.buckets(q[..., -1:, :], 12), kind.buckets(k, 12)
+    count = (hq[:, :, :, None, :] == hk[:, :, None, :, :]).sum(-1).double()
+    count[..., -1] = 2
+    assert torch.allclose(step, _masked_softmax(q[..., -1:, :] @ k.transpose(-2, -1) * SCALE, count,
+                                                torch.ones(1, 12, dtype=torch.bool), v), atol=1e-10, rtol=0)

@@ -54,9 +54,9 @@ ATTN_KINDS: dict[str, AttnKind] = {
     "performer": AttnKind("approximate", True, "positive orthogonal random features (FAVOR+); causal: prefix sums "
                           "in chunks", ("attn_features", "attn_block", "attn_seed"),
                           summary="random features approximate the softmax kernel, O(n · features); O(1) decode state"),
-    "lsh": AttnKind("approximate", True, "hash, sort, attend within and across adjacent buckets",
+    "lsh": AttnKind("approximate", True, "hash, sort, attend within a sorted chunk and the one before it",
                     ("attn_block", "attn_hashes", "attn_seed"),
-                    summary="Reformer: angular LSH buckets, attention inside sorted chunks"),
+                    summary="Reformer: angular LSH buckets, attention inside sorted chunks, rounds combined"),
 }
 ATTN_IMPLS = tuple(ATTN_KINDS)
 EXACT_KINDS = tuple(name for name, kind in ATTN_KINDS.items() if kind.family == "exact")

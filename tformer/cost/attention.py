@@ -34,7 +34,7 @@ def sdpa(call: AttentionCall) -> list[Op]:
 
 ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa,
                    "linear": attention_approx.linear, "performer": attention_approx.performer,
-                   "linformer": attention_approx.linformer}
+                   "linformer": attention_approx.linformer, "lsh": attention_approx.lsh}
 
 
 def attention_rows(kind: str, call: AttentionCall) -> list[Op]:

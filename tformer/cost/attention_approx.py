@@ -122,4 +122,44 @@ def linformer(call: AttentionCall) -> list[Op]:
     return [project, *dense_rows(short, stored=short.score_bytes, softmax_saved=saved, scores_saved=saved)]
 
 
-__all__ = ["chunk_sizes", "linear", "linformer", "lsh_buckets", "performer"]
+# Reformer's LSH -----------------------------------------------------------------------------------------
+def lsh(call: AttentionCall) -> list[Op]:
+    """Hash q and k (unit vectors @ R, D -> hashes x b/2; no gradient), then per round C x 2C chunk
+    scores and products over the sorted sequence, padded to whole chunks, plus each query's own key;
+    a decode step (Tq < Tk) scores every cached key and keeps those in its buckets."""
+    B, H, D, a, tq, tk, p = call.batch, call.heads, call.head_dim, call.act_bytes, call.tq, call.tk, call.path
+    BH, o = B * H, call.options
+    rounds, C = o.hashes, o.block
+    half = lsh_buckets(tk, C, o.max_positions) // 2
+    hash_mm = O.matmul_flops(tq + tk, D, rounds * half, batch=BH)
+    kv_bytes = 2 * B * call.kv_heads * tk * D * a
+    if tq == tk:
+        nc = math.ceil(tk / C)
+        rows, keys, batch = C, 2 * C, BH * rounds * nc  # per chunk: C queries against 2C keys (+ its own)
+        weights = batch * rows * (keys + 1)
+        shapes = f"{rounds} rounds x {nc} chunks: [{C}, {D}] @ [{D}, {2 * C}] (+ own key)"
+    else:
+        rows, keys, batch = tq, tk, BH
+        weights = BH * tq * tk
+        shapes = O.matmul_label((B, H, tq, D), (B, H, D, tk)) + " (bucket-matched keys)"
+    stored = weights * a
+    return [
+        Op(name=p + ".hash", kind="scores", **_where(call), shapes=f"[{B}, {H}, {tq}+{tk}, {D}] @ [{D}, {rounds * half}]",
+           dims=MatMul(1, BH * (tq + tk), D, rounds * half), matmul_flops=hash_mm, backward_matmul_flops=0,
+           other_flops=BH * (tq + tk) * (3 * D + 2 * rounds * half), bytes_read=BH * (tq + tk) * D * a,
+           bytes_written=BH * (tq + tk) * rounds * 8),  # normalise, negate, argmax; int64 buckets
+        Op(name=p + ".scores", kind="scores", **_where(call), shapes=shapes, dims=MatMul(batch, rows, D, keys),
+           matmul_flops=O.matmul_flops(rows, D, keys, batch=batch), other_flops=BH * tq * 2 * D,  # own q·k
+           bytes_read=batch * (rows + keys) * D * a, bytes_written=stored,
+           saved_bytes=BH * tq * D * a * rounds + kv_bytes * rounds, cache_bytes=call.cache_bytes),
+        Op(name=p + ".softmax", kind="softmax", **_where(call), shapes=shapes,
+           other_flops=weights * (1 + O.SOFTMAX_FLOPS_PER_ELEMENT) + BH * tq * rounds * 4,  # mask; rounds' lse
+           bytes_read=stored, bytes_written=stored, saved_bytes=stored, scores_bytes=stored),
+        Op(name=p + ".context", kind="context", **_where(call), shapes=shapes, dims=MatMul(batch, rows, keys, D),
+           matmul_flops=O.matmul_flops(rows, keys, D, batch=batch), other_flops=BH * tq * D * 2 * rounds,
+           bytes_read=stored + batch * keys * D * a, bytes_written=BH * tq * D * a, saved_bytes=batch * keys * D * a,
+           cache_bytes=call.cache_bytes),
+    ]
+
+
+__all__ = ["chunk_sizes", "linear", "linformer", "lsh", "lsh_buckets", "performer"]

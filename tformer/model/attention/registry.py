@@ -21,6 +21,7 @@ from tformer.core.errors import TformerError
 from tformer.model.attention.kernelized import LinearAttention
 from tformer.model.attention.kind import AttentionKind, FunctionKind
 from tformer.model.attention.linformer import Linformer
+from tformer.model.attention.lsh import LSHAttention
 from tformer.model.attention.performer import Performer
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
@@ -33,6 +34,7 @@ ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "linear": LinearAttention,
     "performer": Performer,
     "linformer": Linformer,
+    "lsh": LSHAttention,
 }
 
 
