@@ -73,13 +73,15 @@ def _kernelised(call: AttentionCall, m: int, projected: bool) -> list[Op]:
     qk_in = BH * (tq + n) * D * a
     features = BH * (tq + n) * m * a
     return [
-        Op(name=p + ".features", kind="scores", **_where(call), shapes=f"phi: [{B}, {H}, {tq}+{n}, {D}] -> {m} features",
+        Op(name=p + ".features", kind="scores", **_where(call),
+           shapes=f"phi: [{B}, {H}, {tq}+{n}, {D}] -> {m} features",
            dims=MatMul(1, BH * (tq + n), D, m) if projected else None, matmul_flops=feature_mm,
            backward_matmul_flops=feature_mm,  # W is a fixed draw: only x gets a gradient
            other_flops=BH * (tq + n) * m * per, bytes_read=qk_in + (m * D * 4 if projected else 0),
            bytes_written=features, saved_bytes=qk_in + features),
         Op(name=p + ".scores", kind="scores", **_where(call),
-           shapes=f"phi(K)^T [V | 1]: [{B}, {H}, {m}, {n}] @ [{B}, {H}, {n}, {D1}]" + (" in chunks" if call.causal else ""),
+           shapes=f"phi(K)^T [V | 1]: [{B}, {H}, {m}, {n}] @ [{B}, {H}, {n}, {D1}]"
+           + (" in chunks" if call.causal else ""),
            dims=MatMul(BH, m, n, D1), matmul_flops=scores_mm, bytes_read=BH * n * (m + D1) * a + features,
            bytes_written=state + chunk_scores, saved_bytes=BH * n * D1 * a, cache_bytes=cache),
         Op(name=p + ".context", kind="context", **_where(call),
@@ -144,7 +146,8 @@ def lsh(call: AttentionCall) -> list[Op]:
         shapes = O.matmul_label((B, H, tq, D), (B, H, D, tk)) + " (bucket-matched keys)"
     stored = weights * a
     return [
-        Op(name=p + ".hash", kind="scores", **_where(call), shapes=f"[{B}, {H}, {tq}+{tk}, {D}] @ [{D}, {rounds * half}]",
+        Op(name=p + ".hash", kind="scores", **_where(call),
+           shapes=f"[{B}, {H}, {tq}+{tk}, {D}] @ [{D}, {rounds * half}]",
            dims=MatMul(1, BH * (tq + tk), D, rounds * half), matmul_flops=hash_mm, backward_matmul_flops=0,
            other_flops=BH * (tq + tk) * (3 * D + 2 * rounds * half), bytes_read=BH * (tq + tk) * D * a,
            bytes_written=BH * (tq + tk) * rounds * 8),  # normalise, negate, argmax; int64 buckets
