@@ -16,7 +16,6 @@ from tformer.model.masks import build_mask
 ATTN_IMPLS = tuple(ATTENTION)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 15: the kinds land one branch at a time; remove once all are merged")
 def test_registry_names_equal_the_config_and_ledger_names_exactly():
     # A kind added to the model but not to core or the ledger (or the other way round) fails here.
     assert tuple(ATTENTION) == tuple(ATTN_KINDS)

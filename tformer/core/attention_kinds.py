@@ -48,14 +48,15 @@ ATTN_KINDS: dict[str, AttnKind] = {
     "linformer": AttnKind("approximate", False, "keys and values projected along the sequence to k rows",
                           ("attn_proj",),
                           summary="low rank: learned E, F (k x n) shrink n keys to k (bidirectional only)"),
-    "linear": AttnKind("approximate", True, "phi(Q) (phi(K)^T V) with phi = elu + 1; prefix sums when causal",
+    "linear": AttnKind("approximate", True, "phi(Q) (phi(K)^T V) with phi = elu + 1; causal: prefix sums in chunks",
+                       ("attn_block",),
                        summary="kernelised attention, O(n); the causal form decodes with an O(1) state"),
-    "performer": AttnKind("approximate", True, "positive orthogonal random features (FAVOR+)",
-                          ("attn_features", "attn_seed"),
-                          summary="random features approximate the softmax kernel, O(n · features)"),
-    "lsh": AttnKind("approximate", True, "hash, sort, attend within and across adjacent buckets",
+    "performer": AttnKind("approximate", True, "positive orthogonal random features (FAVOR+); causal: prefix sums "
+                          "in chunks", ("attn_features", "attn_block", "attn_seed"),
+                          summary="random features approximate the softmax kernel, O(n · features); O(1) decode state"),
+    "lsh": AttnKind("approximate", True, "hash, sort, attend within a sorted chunk and the one before it",
                     ("attn_block", "attn_hashes", "attn_seed"),
-                    summary="Reformer: angular LSH buckets, attention inside sorted chunks"),
+                    summary="Reformer: angular LSH buckets, attention inside sorted chunks, rounds combined"),
 }
 ATTN_IMPLS = tuple(ATTN_KINDS)
 EXACT_KINDS = tuple(name for name, kind in ATTN_KINDS.items() if kind.family == "exact")

@@ -158,7 +158,7 @@ class ModelConfig:
     attn_window: int | None = None  # sliding / strided / longformer: keys in each query's window
     attn_dilation: int | list[int] = 1  # gap between window keys; a list gives one per layer
     attn_global: int = 0  # longformer / bigbird: leading tokens that see and are seen by every token
-    attn_block: int = 64  # tiled / chunked / bigbird / lsh: tile, chunk, block or bucket size in tokens
+    attn_block: int = 64  # tile, chunk, block or bucket size in tokens (the kinds' rows say which read it)
     attn_random: int = 3  # bigbird: random key blocks per query block (fixed at init)
     attn_features: int = 256  # performer: random features
     attn_proj: int = 256  # linformer: keys and values projected to this many rows (k)

@@ -63,6 +63,17 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Weights:
+    """One bare parameter tensor of a module that is no Linear, norm or table (Linformer's E and F)."""
+
+    path: str
+    shape: tuple[int, ...]
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return {self.path: self.shape}
+
+
+@dataclass(frozen=True)
 class Positions:
     """How a stack knows token order. ``kind``: learned | sinusoidal (a table added to the
     embeddings), alibi | relative (a (1, H, Tq, Tk) bias on every layer's scores), rope (q and k
@@ -98,12 +109,13 @@ class Attention:
     head_dim: int
     cross: bool
     rope: bool  # q and k are rotated (self-attention of a rope stack)
+    kind_weights: tuple[Weights, ...] = ()  # the attention kind's own parameters (path.attend.*), if any
 
     def linears(self) -> tuple[Linear, ...]:
         return self.q, self.k, self.v, self.o
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
-        return _merge(self.norm, *self.linears())
+        return _merge(self.norm, *self.linears(), *self.kind_weights)
 
 
 @dataclass(frozen=True)
@@ -280,7 +292,16 @@ def _attention(c, path: str, norm_path: str, cross: bool) -> Attention:
         v=Linear(f"{path}.v_proj", "qkv_proj", d, Hkv * dh, c.bias),
         o=Linear(f"{path}.o_proj", "out_proj", H * dh, d, c.bias),
         heads=H, kv_heads=Hkv, head_dim=dh, cross=cross, rope=c.position == "rope" and not cross,
+        kind_weights=() if cross else _kind_weights(c, f"{path}.attend"),
     )
+
+
+def _kind_weights(c, path: str) -> tuple[Weights, ...]:
+    """Parameters an attention kind learns besides q, k, v, o (cross-attention always runs exact)."""
+    if c.attn_impl == "linformer":  # E and F project n_max positions to attn_proj rows
+        shape = (c.attn_proj, c.max_positions)
+        return Weights(f"{path}.E", shape), Weights(f"{path}.F", shape)
+    return ()
 
 
 def _layer(c, stack: str, i: int, cross: bool) -> Layer:

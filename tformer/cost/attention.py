@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
-from tformer.cost import attention_exact
+from tformer.cost import attention_approx, attention_exact
 from tformer.cost.attention_call import LSE_BYTES, AttentionCall, dense_rows
 from tformer.cost.attention_sliding import sliding
 from tformer.cost.attention_sparse import SPARSE_COSTS
@@ -36,7 +36,9 @@ def sdpa(call: AttentionCall) -> list[Op]:
 
 
 ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa, "tiled": attention_exact.tiled,
-                   "chunked": attention_exact.chunked, "sliding": sliding, **SPARSE_COSTS}
+                   "chunked": attention_exact.chunked, "sliding": sliding, **SPARSE_COSTS,
+                   "linformer": attention_approx.linformer, "linear": attention_approx.linear,
+                   "performer": attention_approx.performer, "lsh": attention_approx.lsh}
 
 
 def costed_kind(config, workload, cross: bool = False) -> str:

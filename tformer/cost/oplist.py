@@ -245,7 +245,8 @@ class OpListBuilder:
     # Training ------------------------------------------------------------------------------------
     def backward_and_optimizer(self, skips: tuple[str, ...] = ()) -> None:
         """Backward: each matmul becomes two (gradient of the input and of the weight), so backward
-        matmul FLOPs are exactly 2x forward (what FlopCounterMode counts); element-wise backward work
+        matmul FLOPs are exactly 2x forward (what FlopCounterMode counts; an op whose operand
+        takes no gradient says so in backward_matmul_flops); element-wise backward work
         and bytes are taken as 2x forward (a convention). Checkpointing adds one recomputed forward
         of every layer; an attention kind's own recompute rows (``self.redone``) go before its backward.
         The optimizer touches every parameter once. ``skips``: name prefixes of ops the loss never
@@ -260,8 +261,9 @@ class OpListBuilder:
                                             scores_bytes=0, cache_bytes=0))
         for op in reversed(reached):
             self.ops.extend(self.redone.get(op.name, ()))
+            backward_mm = 2 * op.matmul_flops if op.backward_matmul_flops is None else op.backward_matmul_flops
             self.ops.append(replace(
-                op, phase="backward", matmul_flops=2 * op.matmul_flops, other_flops=O.BACKWARD_OTHER_FACTOR * op.other_flops,
+                op, phase="backward", matmul_flops=backward_mm, other_flops=O.BACKWARD_OTHER_FACTOR * op.other_flops,
                 bytes_read=2 * op.bytes_read, bytes_written=2 * op.bytes_written, params=0, embedding_params=0,
                 saved_bytes=0, scores_bytes=0, cache_bytes=0, weight_bytes=2 * op.weight_bytes))
         per_param = optimizer_bytes_per_param(w)

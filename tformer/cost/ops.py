@@ -76,6 +76,9 @@ class Op:
     cache_bytes: int = 0  # KV-cache bytes this op's layer holds after the step (scores: K, context: V)
     stack: str = ""  # "encoder" | "decoder" | "" (model-level)
     dims: MatMul | None = None  # a matmul's sizes (the roofline reads these; ``shapes`` is only a label)
+    # Backward matmul FLOPs when not 2x forward (the gradients of both operands): a fixed random matrix
+    # needs only its input's gradient (1x), a hash that argmax cuts from the graph none (0).
+    backward_matmul_flops: int | None = None
 
     @property
     def flops(self) -> int:

@@ -126,8 +126,14 @@ class StepRunner:
     def _infer(self) -> None:
         phase = self.workload.phase
         if phase == "decode":
+            kv = self.cache.kv
+            # A recurrent state (linear attention, Performer) cannot forget a position: put it back instead.
+            saved = kv.snapshot() if kv.recurrent else None
             self.runner.step(self.cache, self.next_ids)
-            self.runner.rewind(self.cache, 1)  # the next step overwrites position ``context`` again
+            if saved is not None:
+                kv.restore(saved)
+            else:
+                self.runner.rewind(self.cache, 1)  # the next step overwrites position ``context`` again
         elif phase == "prefill":
             cache = self.runner.new_cache(self.workload.batch)
             self.runner.prefill(cache, self.target, source=self.source, all_logits=True)

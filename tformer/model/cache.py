@@ -140,6 +140,21 @@ class KVCache:
         if not self.static:
             self._self = [None if e is None else (e[0][:, :, :keep], e[1][:, :, :keep]) for e in self._self]
 
+    @property
+    def recurrent(self) -> bool:
+        """Some layer keeps a recurrent state (which ``rewind`` cannot cut back; ``snapshot`` can)."""
+        return any(e is not None for e in self._state)
+
+    def snapshot(self):
+        """What ``restore`` needs to return the cache to now: the length and each layer's state (the
+        state tensors are replaced, never written in place, so holding them is enough). Keys and
+        values are not copied: rewind them instead."""
+        return self.length, list(self._state)
+
+    def restore(self, snapshot) -> None:
+        self.length, states = snapshot
+        self._state = list(states)
+
     def tensors(self):
         for entry in self._self + self._cross + self._state:
             if entry is not None:

@@ -6,6 +6,7 @@ import math
 
 from torch import nn
 
+from tformer.model.attention import AttentionKind
 from tformer.model.position import LearnedPositions, RelativePositionBias
 
 STD = 0.02  # GPT-2 / BERT
@@ -20,6 +21,8 @@ def init_weights(model: nn.Module) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, (LearnedPositions, RelativePositionBias)):
             nn.init.normal_(module.weight, 0.0, STD)
+        elif isinstance(module, AttentionKind) and hasattr(module, "reset_parameters"):
+            module.reset_parameters()  # a kind's own parameters (Linformer's E, F) start as it says
     # Small even when the model scales embeddings by sqrt(d_model): with a tied output layer, a
     # unit-size embedding makes every position's logits favour its own input token (the residual
     # stream carries it), a minimum that a small encoder-decoder never left on the copy task.

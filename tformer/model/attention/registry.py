@@ -19,7 +19,11 @@ from torch import nn
 from tformer.core.attention_kinds import AttnOptions
 from tformer.core.errors import TformerError
 from tformer.model.attention.chunked import Chunked
+from tformer.model.attention.kernelized import LinearAttention
 from tformer.model.attention.kind import AttentionKind, FunctionKind
+from tformer.model.attention.linformer import Linformer
+from tformer.model.attention.lsh import LSHAttention
+from tformer.model.attention.performer import Performer
 from tformer.model.attention.reference import reference
 from tformer.model.attention.sdpa import sdpa
 from tformer.model.attention.sliding import SlidingAttention
@@ -37,6 +41,10 @@ ATTENTION: dict[str, AttentionFn | type[AttentionKind]] = {
     "strided": Strided,
     "longformer": Longformer,
     "bigbird": BigBird,
+    "linformer": Linformer,
+    "linear": LinearAttention,
+    "performer": Performer,
+    "lsh": LSHAttention,
 }
 
 
