@@ -394,7 +394,22 @@ def guide_rows(results: list[KindSweep], mode: str = "forward") -> list[list[str
             for g in selection_guide(results, mode)]
 
 
-__all__ = ["CROSSOVER_HEADERS", "GUIDE_HEADERS", "KIND_SETTINGS", "MODES", "POINT_HEADERS", "QUALITY_SETTINGS",
+QUALITY_HEADERS = ["kind", "family", "settings", "validation loss", "vs sdpa"]
+
+
+def quality_rows(record: dict) -> list[list[str]]:
+    """The quality bench's record (bench/attention_quality.py) as rows: each kind's validation loss and
+    its difference from exact attention's."""
+    exact = next((r["val_loss"] for r in record["kinds"] if r["kind"] == record["exact"]), None)
+    rows = []
+    for r in record["kinds"]:
+        diff = "-" if r["kind"] == record["exact"] or exact is None else f"{r['val_loss'] - exact:+.3f}"
+        rows.append([r["kind"], r["family"], settings_label(r["settings"]), f"{r['val_loss']:.3f}", diff])
+    return rows
+
+
+__all__ = ["CROSSOVER_HEADERS", "GUIDE_HEADERS", "KIND_SETTINGS", "MODES", "POINT_HEADERS", "QUALITY_HEADERS",
+           "QUALITY_SETTINGS",
            "SETTINGS", "TEXTBOOK_GUIDE", "KindSweep", "Point", "SweepSpec", "available_kinds", "crossover",
            "crossover_rows", "guide_rows", "kind_options", "kind_settings", "measure", "memory_target", "point_rows",
-           "predict", "prediction_device", "selection_guide", "settings_label", "sweep", "sweep_kind"]
+           "predict", "prediction_device", "quality_rows", "selection_guide", "settings_label", "sweep", "sweep_kind"]
