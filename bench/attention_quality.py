@@ -41,7 +41,8 @@ from tformer.train import build_run
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
 
-MODEL = dict(n_layers=2, d_model=64, n_heads=4, d_ff=256, max_positions=128, dropout=0.0, attention_dropout=0.0)
+MODEL = {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256, "max_positions": 128, "dropout": 0.0,
+         "attention_dropout": 0.0}
 EXACT = "sdpa"
 
 

@@ -24,7 +24,6 @@ import sys
 from tformer.core import fmt
 from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
-from tformer.report.context import load_average, oversubscription_note
 from tformer.measure.attention_sweep import (
     CROSSOVER_HEADERS,
     GUIDE_HEADERS,
@@ -39,6 +38,7 @@ from tformer.measure.attention_sweep import (
     selection_guide,
     sweep,
 )
+from tformer.report.context import load_average, oversubscription_note
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)

@@ -59,7 +59,8 @@ def test_predicted_peak_of_the_step_by_step_path_matches_the_tracker(mode):
 def test_prediction_reads_the_ledger_rows_and_backward_is_twice_the_matmuls():
     spec = S.SweepSpec(heads=4, head_dim=64)
     fwd, both = (S.predict("sdpa", 1024, m, spec) for m in S.MODES)
-    assert fwd["flops"] == sum(op.flops for op in cost_attention.attention_rows("sdpa", S.attention_call("sdpa", 1024, spec)))
+    rows = cost_attention.attention_rows("sdpa", S.attention_call("sdpa", 1024, spec))
+    assert fwd["flops"] == sum(op.flops for op in rows)
     assert both["flops"] > 2 * fwd["flops"] and fwd["time_s"] is None  # no device: no time
 
 

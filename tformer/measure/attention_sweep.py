@@ -40,8 +40,8 @@ from tformer.cost.attention import ATTENTION_COSTS, attention_rows
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.oplist import backward_op
 from tformer.cost.roofline import roofline
-from tformer.measure.bench import time_calls
 from tformer.machine.profile_store import load_measured_device
+from tformer.measure.bench import time_calls
 from tformer.measure.memory_peak import peak_bytes
 from tformer.measure.optime import call_overhead
 from tformer.model.attention.registry import ATTENTION, make_attention

@@ -232,5 +232,6 @@ def attention_grid(maps, title: str) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["attention_grid", "decode_curve", "kind_bars", "loglog_by_kind", "loss_curve", "matmul_curve", "memory_per_device", "roofline",
+__all__ = ["attention_grid", "decode_curve", "kind_bars", "loglog_by_kind", "loss_curve", "matmul_curve",
+           "memory_per_device", "roofline",
            "to_png"]

@@ -123,7 +123,8 @@ def _sweep(sec: Section, ctx, run: dict, data: dict) -> None:
                                                            "peak attention memory (bytes)",
                                                            "Peak attention memory vs n (forward)"),
                "Peak attention memory against n, log-log: measured (points) and predicted (dashed).")
-    sec.table(POINT_HEADERS, point_rows(results, "forward"), caption="Each call, measured beside the ledger", collapsed=True)
+    sec.table(POINT_HEADERS, point_rows(results, "forward"), caption="Each call, measured beside the ledger",
+              collapsed=True)
     sec.table(CROSSOVER_HEADERS, crossover_rows(results),
               caption="Crossover against sdpa: the smallest n from which the kind is faster at every larger n here")
     sec.table(GUIDE_HEADERS, guide_rows(results, "forward"),
