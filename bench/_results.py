@@ -14,6 +14,7 @@ import torch
 from tformer.core.atomic import atomic_write_text
 from tformer.core.files import read_json
 from tformer.machine import cpu_info
+from tformer.machine.profile_store import bench_results_name
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "neon", "asimd", "sve", "bf16")
@@ -43,8 +44,7 @@ def header(m: dict) -> str:
 def save(section: str, data: dict, m: dict) -> Path:
     """File ``data`` as ``section`` of this CPU's results (bench/results/<cpu>.json), dated; other
     sections (other benches) and other CPUs' files are kept."""
-    slug = re.sub(r"[^a-z0-9]+", "-", m["cpu"].lower()).strip("-")[:60] or "cpu"
-    path = RESULTS / f"{slug}-{m['physical_cores'] or m['logical_cpus']}c.json"
+    path = RESULTS / bench_results_name(m["cpu"], m["physical_cores"] or m["logical_cpus"])
     doc = read_json(path, "bench results", fix="delete it and rerun the bench") if path.is_file() else {}
     doc["machine"] = m
     doc[section] = {"date": datetime.date.today().isoformat(), **data}

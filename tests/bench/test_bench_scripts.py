@@ -79,3 +79,39 @@ def test_cli_latency_times_count_beside_its_peers(capsys):
                      r"importing torch alone takes [\d.]+ s$", out, re.M)
     assert re.search(r"^ledger\(char-small, train, seq 128, bf16 mixed\) in this process: [\d.]+ ms median "
                      r"\(min [\d.]+, max [\d.]+\), (meets|MISSES) the 0.5 s target$", out, re.M)
+
+
+def test_attention_scaling_prints_each_table_and_the_target_line(capsys, tmp_path):
+    scaling = load("attention_scaling")
+    out_json = tmp_path / "scaling.json"
+    assert scaling.main(["--max-n", "256", "--quick", "--no-save", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^machine: .+ BLAS \S+", out, re.M)
+    for mode in ("forward", "forward+backward"):
+        assert re.search(rf"^{re.escape(mode)}\nkind\s+n\s+measured\s+predicted", out, re.M)
+        assert re.search(r"^(sdpa|reference)\s+256\s+\S+", out, re.M)
+    assert re.search(r"^reference\s+exact\s+-\s+(n >= 256|never up to 256)", out, re.M)  # crossover vs sdpa
+    assert re.search(r"^< 512\s+plain attention\s+(sdpa|reference)\s+(sdpa|reference)$", out, re.M)
+    assert "target: tiled at n = 8192 peak" in out
+    import json
+
+    record = json.loads(out_json.read_text())
+    assert [k["kind"] for k in record["kinds"]][:2] == ["sdpa", "reference"]
+    assert all(p["measured_peak"] > 0 for k in record["kinds"] for p in k["points"])
+
+
+def test_attention_quality_trains_each_kind_beside_exact_attention(capsys, tmp_path):
+    quality = load("attention_quality")
+    out_json = tmp_path / "quality.json"
+    assert quality.main(["--steps", "2", "--kinds", "reference", "--batch", "2", "--seq", "32", "--eval-batches", "1",
+                         "--no-save", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^kind\s+family\s+settings\s+validation loss\s+vs sdpa$", out, re.M)
+    assert re.search(r"^sdpa\s+exact\s+-\s+[\d.]+\s+-$", out, re.M)
+    assert re.search(r"^reference\s+exact\s+-\s+[\d.]+\s+[+-][\d.]+$", out, re.M)
+    import json
+
+    record = json.loads(out_json.read_text())
+    assert record["steps"] == 2 and [k["kind"] for k in record["kinds"]] == ["sdpa", "reference"]
+    # same seed, same data, same weights: the two exact kinds agree
+    assert record["kinds"][0]["val_loss"] == pytest.approx(record["kinds"][1]["val_loss"], abs=1e-3)

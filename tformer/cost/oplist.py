@@ -42,6 +42,17 @@ def stack_tokens(stack: Stack, w: Workload) -> Tokens | None:
     return Tokens(tq, ctx + tq, cross_keys=w.seq if stack.cross else 0, cross_cached=decode and ctx > 0)
 
 
+def backward_op(op: Op) -> Op:
+    """The backward row of forward row ``op``: each matmul becomes two (the gradients of both
+    operands), so 2x its matmul FLOPs, unless an operand takes no gradient (``backward_matmul_flops``
+    says so); element-wise work and bytes 2x forward (a convention)."""
+    mm = 2 * op.matmul_flops if op.backward_matmul_flops is None else op.backward_matmul_flops
+    return replace(op, phase="backward", matmul_flops=mm,
+                   other_flops=O.BACKWARD_OTHER_FACTOR * op.other_flops, bytes_read=2 * op.bytes_read,
+                   bytes_written=2 * op.bytes_written, params=0, embedding_params=0, saved_bytes=0, scores_bytes=0,
+                   cache_bytes=0, weight_bytes=2 * op.weight_bytes)
+
+
 class OpListBuilder:
     def __init__(self, config, w: Workload):
         self.c, self.w = config, w
@@ -261,11 +272,7 @@ class OpListBuilder:
                                             scores_bytes=0, cache_bytes=0))
         for op in reversed(reached):
             self.ops.extend(self.redone.get(op.name, ()))
-            backward_mm = 2 * op.matmul_flops if op.backward_matmul_flops is None else op.backward_matmul_flops
-            self.ops.append(replace(
-                op, phase="backward", matmul_flops=backward_mm, other_flops=O.BACKWARD_OTHER_FACTOR * op.other_flops,
-                bytes_read=2 * op.bytes_read, bytes_written=2 * op.bytes_written, params=0, embedding_params=0,
-                saved_bytes=0, scores_bytes=0, cache_bytes=0, weight_bytes=2 * op.weight_bytes))
+            self.ops.append(backward_op(op))
         per_param = optimizer_bytes_per_param(w)
         flops_per = OPTIMIZER_FLOPS_PER_PARAM[w.optimizer]
         for op in reached:

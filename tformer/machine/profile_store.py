@@ -48,6 +48,13 @@ def machine_key(specs=None) -> str:
     return "-".join(parts + [digest])
 
 
+def bench_results_name(cpu_model: str, cores: int | None) -> str:
+    """The file bench/ scripts file this CPU's figures under ('intel-r-xeon-r-processor-2c.json'): one per
+    CPU model and core count, read back by the report."""
+    slug = re.sub(r"[^a-z0-9]+", "-", cpu_model.lower()).strip("-")[:60] or "cpu"
+    return f"{slug}-{cores}c.json"
+
+
 def profile_path(key: str | None = None) -> str:
     return os.path.join(cache_dir(), "profiles", f"{key or machine_key()}.json")
 
@@ -88,4 +95,4 @@ def load_measured_device(key: str | None = None, device: str | None = None):
     return result.to_device(device)
 
 
-__all__ = ["cache_dir", "load_measured_device", "load_profile", "machine_key", "profile_path", "save_profile"]
+__all__ = ["bench_results_name", "cache_dir", "load_measured_device", "load_profile", "machine_key", "profile_path", "save_profile"]

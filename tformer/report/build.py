@@ -23,6 +23,7 @@ from tformer.report import (
     runs,
     section_appendix,
     section_attention,
+    section_long_context,
     section_machine,
     section_measured,
     section_model,
@@ -120,6 +121,7 @@ def measure(ctx: Context) -> None:
         ctx.results["generation"] = runs.generation(ctx, model, tokenizer, trained=ok)
     ctx.say("drawing attention maps")
     ctx.results["maps"] = runs.head_maps(ctx, model, tokenizer)
+    ctx.results["long_context"] = section_long_context.measure(ctx)
 
 
 def machine_line(ctx: Context) -> str:
@@ -196,7 +198,7 @@ def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
     ctx.say("writing the report")
     sections = []
     for module in (section_machine, section_model, section_roofline, section_measured, section_phases,
-                   section_scaling, section_parallel, section_attention):
+                   section_scaling, section_parallel, section_attention, section_long_context):
         sections.append(module.build(ctx))
         ctx.say(f"section {sections[-1].heading}")
     wall = ctx.elapsed()

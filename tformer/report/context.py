@@ -44,6 +44,7 @@ class ReportOptions:
     device: str | None = None  # torch device; default the first GPU, else the CPU
     threads: int | None = None  # CPU threads for every measurement (default: PyTorch's setting)
     distributed: bool = True  # measure a 2-process run (DDP, FSDP2) for "Beyond one device"
+    long_context: bool = True  # time the attention kinds against n for "Attention at long context"
 
     @property
     def train_budget(self) -> float:

@@ -174,6 +174,30 @@ def kind_bars(rows: list[tuple[str, float, float]], title: str) -> bytes:
     return to_png(fig)
 
 
+def loglog_by_kind(series: dict[str, dict], ylabel: str, title: str) -> bytes:
+    """One colour per kind against n, both axes log: measured points (markers, solid) and the
+    ledger's prediction (dashed). ``series``: kind -> {"measured": [(n, y)], "predicted": [(n, y)]}."""
+    fig = _figure(7.5, 4.6)
+    ax = fig.add_subplot()
+    for kind, pts in series.items():
+        measured, predicted = sorted(pts.get("measured", [])), sorted(pts.get("predicted", []))
+        color = None
+        if measured:
+            (line,) = ax.plot([n for n, _ in measured], [y for _, y in measured], marker="o", label=f"{kind} measured")
+            color = line.get_color()
+        if predicted:
+            ax.plot([n for n, _ in predicted], [y for _, y in predicted], ls="--", lw=1, color=color,
+                    label=f"{kind} predicted")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length n")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return to_png(fig)
+
+
 def attention_grid(maps, title: str) -> bytes:
     """Every (layer, head) map of ``maps`` (tformer.report.attention_maps.HeadMap) in one grid:
     rows are layers, columns heads, all on one 0..1 colour scale, every token labelled."""
@@ -208,5 +232,6 @@ def attention_grid(maps, title: str) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["attention_grid", "decode_curve", "kind_bars", "loss_curve", "matmul_curve", "memory_per_device", "roofline",
+__all__ = ["attention_grid", "decode_curve", "kind_bars", "loglog_by_kind", "loss_curve", "matmul_curve",
+           "memory_per_device", "roofline",
            "to_png"]
