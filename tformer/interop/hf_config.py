@@ -142,7 +142,8 @@ def _rope(d: dict) -> dict:
         if attention is None and mscale and mscale_all:  # DeepSeek's ratio of two scales, fixed here
             attention = (0.1 * mscale * math.log(factor) + 1) / (0.1 * mscale_all * math.log(factor) + 1)
         out.update(rope_factor=float(factor), rope_original_positions=original,
-                   rope_beta_fast=float(spec.get("beta_fast") or 32.0), rope_beta_slow=float(spec.get("beta_slow") or 1.0),
+                   rope_beta_fast=float(spec.get("beta_fast") or 32.0),
+                   rope_beta_slow=float(spec.get("beta_slow") or 1.0),
                    rope_attention_factor=None if attention is None else float(attention))
     return out
 
@@ -316,8 +317,8 @@ def _llama_out(c: ModelConfig) -> dict:
     return dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
                 num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, intermediate_size=c.d_ff,
                 vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
-                **_rope_out(c), rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation], attention_bias=c.bias,
-                mlp_bias=c.bias, attention_dropout=c.attention_dropout, tie_word_embeddings=c.tied_embeddings)
+                **_rope_out(c), rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation],
+                attention_bias=c.bias, mlp_bias=c.bias, attention_dropout=c.attention_dropout, tie_word_embeddings=c.tied_embeddings)
 
 
 def _bert_out(c: ModelConfig) -> dict:

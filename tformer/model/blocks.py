@@ -76,7 +76,8 @@ class Stack(nn.Module):
             self.positions = LearnedPositions(table[0] - pos.offset, table[1], pos.offset)  # table holds the offset rows
         elif kind == "sinusoidal":
             self.positions = SinusoidalPositions(*table)
-        self.rope = (config.head_dim, config.rope_theta, RopeScaling.from_config(config)) if kind == "rope" else None
+        rope = kind == "rope"
+        self.rope = (config.head_dim, config.rope_theta, RopeScaling.from_config(config)) if rope else None
         self.score_bias = None
         if kind == "alibi":
             self.score_bias = ALiBi(config.n_heads)
