@@ -120,7 +120,7 @@ class ModelConfig:
     # dynamic NTK (theta grows with the sequence past the trained length), YaRN (per-frequency blend).
     rope_scaling: str = "none"
     rope_factor: float = 1.0  # how many times the trained context the model should reach
-    rope_original_positions: int | None = None  # the context trained at; None = max_positions / rope_factor
+    rope_original_positions: int | None = None  # the context trained at (dynamic, yarn); None = max_positions
     rope_beta_fast: float = 32.0  # YaRN: rotations per trained context above which a frequency is kept
     rope_beta_slow: float = 1.0  # YaRN: ... below which it is interpolated fully
     rope_attention_factor: float | None = None  # YaRN: cos/sin scale; None = 0.1 ln(factor) + 1
@@ -305,6 +305,9 @@ class ModelConfig:
             _whole("rope_original_positions", self.rope_original_positions, low=1)
         if self.rope_attention_factor is not None and not 0 < self.rope_attention_factor < math.inf:
             raise TformerError(f"rope_attention_factor must be a finite positive number, got {self.rope_attention_factor}")
+        if self.rope_scaling == "yarn" and self.rope_beta_fast < self.rope_beta_slow:
+            raise TformerError(f"rope_beta_fast={self.rope_beta_fast} is below rope_beta_slow={self.rope_beta_slow}; "
+                               "beta_fast counts the faster rotations (YaRN's defaults: 32 and 1)")
 
     def attention_options(self, layer: int) -> AttnOptions:
         """The attention settings of layer ``layer`` (its dilation when attn_dilation lists one per layer)."""

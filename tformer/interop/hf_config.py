@@ -8,6 +8,7 @@ can express raises instead of producing a file that loads as a different model.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -112,14 +113,66 @@ def _gpt2(d: dict) -> dict:
     )
 
 
-def _rope_theta(d: dict) -> float:
-    # transformers >= 5 nests RoPE settings in rope_parameters; older files use rope_theta + rope_scaling.
+# HF rope_type -> our rope_scaling. llama3 and longrope reshape frequencies in ways our model does not.
+_ROPE_TYPES = {"default": "none", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn"}
+_ROPE_TYPES_OUT = {ours: hf for hf, ours in _ROPE_TYPES.items()}
+
+
+def _rope(d: dict) -> dict:
+    """Our rope_* fields from HF's rope_parameters (transformers >= 5) or rope_scaling (older files)."""
+    mt = d["model_type"]
     params = d.get("rope_parameters") or {}
-    scaling = d.get("rope_scaling") or {}
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind != "default":
-        _refuse(d["model_type"], f"rope_type='{kind}' (RoPE scaling)")
-    return float(params.get("rope_theta", d.get("rope_theta", 10000.0)))
+    spec = d.get("rope_scaling") or params  # HF reads rope_scaling first when a file has both
+    kind = spec.get("rope_type") or spec.get("type") or "default"
+    if kind not in _ROPE_TYPES:
+        _refuse(mt, f"rope_type='{kind}' (RoPE scaling; tformer reproduces {', '.join(_ROPE_TYPES)})")
+    theta = spec.get("rope_theta", params.get("rope_theta", d.get("rope_theta", 10000.0)))
+    out = dict(rope_theta=float(theta), rope_scaling=_ROPE_TYPES[kind])
+    if kind in ("linear", "dynamic"):  # dynamic counts from max_position_embeddings: our default
+        out["rope_factor"] = float(spec["factor"])
+    elif kind == "yarn":
+        if spec.get("truncate", True) is False:
+            _refuse(mt, "rope_scaling truncate=false (YaRN with an unrounded ramp)")
+        # Phi-3 style files keep the trained length beside rope_scaling; HF prefers that copy.
+        original = d.get("original_max_position_embeddings") or spec.get("original_max_position_embeddings")
+        longest = d.get("max_position_embeddings", 2048)
+        factor = spec.get("factor") or longest / (original or longest)
+        attention = spec.get("attention_factor")
+        mscale, mscale_all = spec.get("mscale"), spec.get("mscale_all_dim")
+        if attention is None and mscale and mscale_all:  # DeepSeek's ratio of two scales, fixed here
+            attention = (0.1 * mscale * math.log(factor) + 1) / (0.1 * mscale_all * math.log(factor) + 1)
+        out.update(rope_factor=float(factor), rope_original_positions=original,
+                   rope_beta_fast=float(spec.get("beta_fast") or 32.0),
+                   rope_beta_slow=float(spec.get("beta_slow") or 1.0),
+                   rope_attention_factor=None if attention is None else float(attention))
+    return out
+
+
+def _rope_out(c: ModelConfig) -> dict:
+    """HF's rope_parameters (and rope_scaling, which transformers < 5 reads) for ``c``."""
+    if c.rope_scaling not in _ROPE_TYPES_OUT:
+        raise TformerError(f"rope_scaling='{c.rope_scaling}' has no Hugging Face rope_type; save with "
+                           f"rope_scaling 'dynamic' or 'yarn' instead, or keep tformer's own checkpoint format")
+    spec: dict[str, Any] = {"rope_type": _ROPE_TYPES_OUT[c.rope_scaling]}
+    if c.rope_scaling != "none":
+        spec["factor"] = c.rope_factor
+    if c.rope_scaling == "yarn":
+        spec.update(beta_fast=c.rope_beta_fast, beta_slow=c.rope_beta_slow)
+        if c.rope_original_positions is not None:
+            spec["original_max_position_embeddings"] = c.rope_original_positions
+        if c.rope_attention_factor is not None:
+            spec["attention_factor"] = c.rope_attention_factor
+    out = dict(rope_theta=c.rope_theta, rope_parameters={**spec, "rope_theta": c.rope_theta})
+    return out | ({"rope_scaling": spec} if c.rope_scaling != "none" else {})
+
+
+def _same_rope(back: ModelConfig, c: ModelConfig) -> ModelConfig:
+    """rope_original_positions as ours when the file computes the same: it is unused by linear scaling,
+    and HF's dynamic always counts from max_position_embeddings, our default."""
+    if c.rope_scaling == "linear" or (c.rope_original_positions or c.max_positions) == (
+            back.rope_original_positions or back.max_positions):
+        return back.replace(rope_original_positions=c.rope_original_positions)
+    return back
 
 
 def _llama(d: dict) -> dict:
@@ -142,7 +195,7 @@ def _llama(d: dict) -> dict:
         n_kv_heads=d.get("num_key_value_heads") or heads,
         head_dim=head_dim if head_dim and head_dim * heads != hidden else None,
         d_ff=d["intermediate_size"], vocab_size=d["vocab_size"], max_positions=d.get("max_position_embeddings", 2048),
-        position="rope", rope_theta=_rope_theta(d), norm="rmsnorm", norm_placement="pre",
+        position="rope", **_rope(d), norm="rmsnorm", norm_placement="pre",
         norm_eps=d.get("rms_norm_eps", 1e-6), final_norm=True,
         activation=_activation(d.get("hidden_act", "silu"), mt), gated_mlp=True, bias=attn_bias,
         tied_embeddings=bool(d.get("tie_word_embeddings", False)),
@@ -273,9 +326,8 @@ def _llama_out(c: ModelConfig) -> dict:
     return dict(num_hidden_layers=c.n_layers, hidden_size=c.d_model, num_attention_heads=c.n_heads,
                 num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim, intermediate_size=c.d_ff,
                 vocab_size=c.vocab_size, max_position_embeddings=c.max_positions,
-                rope_theta=c.rope_theta, rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
-                rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation], attention_bias=c.bias,
-                mlp_bias=c.bias, attention_dropout=c.attention_dropout, tie_word_embeddings=c.tied_embeddings)
+                **_rope_out(c), rms_norm_eps=c.norm_eps, hidden_act=_ACTIVATION_OUT[c.activation],
+                attention_bias=c.bias, mlp_bias=c.bias, attention_dropout=c.attention_dropout, tie_word_embeddings=c.tied_embeddings)
 
 
 def _bert_out(c: ModelConfig) -> dict:
@@ -330,12 +382,13 @@ _WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "be
 
 # What the config file cannot hold but the tensors do, copied back before the read-back comparison:
 # BERT's head, pooler and segment table, T5's tied head, BART's logits bias (a zero one is written
-# when ours has none: same outputs).
+# when ours has none: same outputs); and LLaMA's rope_original_positions where the file computes the same.
 _FROM_WEIGHTS = {
     "bert": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler,
                                          type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0),
     "t5": lambda back, c: back.replace(tied_embeddings=c.tied_embeddings),
     "bart": lambda back, c: back.replace(final_logits_bias=c.final_logits_bias),
+    "llama": _same_rope,
 }
 
 

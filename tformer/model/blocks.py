@@ -10,7 +10,9 @@ from tformer.model.attention import MultiHeadAttention
 from tformer.model.feedforward import FeedForward
 from tformer.model.masks import build_mask
 from tformer.model.norm import make_norm
-from tformer.model.position import ALiBi, LearnedPositions, RelativePositionBias, SinusoidalPositions, rope_cos_sin
+from tformer.model.position import (
+    ALiBi, LearnedPositions, RelativePositionBias, RopeScaling, SinusoidalPositions, rope_cos_sin,
+)
 
 
 class Block(nn.Module):
@@ -74,7 +76,8 @@ class Stack(nn.Module):
             self.positions = LearnedPositions(table[0] - pos.offset, table[1], pos.offset)  # table holds the offset rows
         elif kind == "sinusoidal":
             self.positions = SinusoidalPositions(*table)
-        self.rope = (config.head_dim, config.rope_theta) if kind == "rope" else None
+        rope = kind == "rope"
+        self.rope = (config.head_dim, config.rope_theta, RopeScaling.from_config(config)) if rope else None
         self.score_bias = None
         if kind == "alibi":
             self.score_bias = ALiBi(config.n_heads)
@@ -132,7 +135,7 @@ class Stack(nn.Module):
         if memory is not None:
             cross_mask = build_mask(T, memory.shape[1], causal=False, key_padding=memory_mask,
                                     dtype=h.dtype, device=h.device)
-        rope = rope_cos_sin(position_ids, self.rope[0], self.rope[1], h.dtype) if self.rope else None
+        rope = rope_cos_sin(position_ids, *self.rope[:2], h.dtype, self.rope[2]) if self.rope else None
 
         self_weights, cross_weights = [], []
         for layer in self.layers:

@@ -8,6 +8,7 @@ and T5's bucketed relative bias (Raffel et al. 2020) add a bias to the attention
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -47,16 +48,98 @@ class LearnedPositions(nn.Module):
 
 
 # RoPE ---------------------------------------------------------------------------------
-def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
+@dataclass(frozen=True)
+class RopeScaling:
+    """How RoPE reaches past the context it was trained at (the config's rope_* fields).
+
+    kind: none, linear (positions / factor), ntk (theta * factor^(d/(d-2))), dynamic (theta grows
+    with the sequence once it passes original_positions) or yarn (per-frequency blend of the two
+    plus a cos/sin scale). Numbers follow Hugging Face's modeling_rope_utils, so imported
+    ``rope_scaling`` checkpoints compute the same angles.
+    """
+
+    kind: str = "none"
+    factor: float = 1.0
+    original_positions: int = 2048
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+
+    @classmethod
+    def from_config(cls, config) -> "RopeScaling":
+        # None means the model was trained at max_positions: HF's default for yarn, and what dynamic always uses.
+        return cls(config.rope_scaling, config.rope_factor, config.rope_original_positions or config.max_positions,
+                   config.rope_beta_fast, config.rope_beta_slow, config.rope_attention_factor)
+
+
+NO_SCALING = RopeScaling()
+
+
+def yarn_attention_factor(factor: float) -> float:
+    """YaRN's default cos/sin scale, 0.1 ln(factor) + 1: keeps attention entropy at longer context."""
+    return 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
+def _default_inv_freq(head_dim: int, theta, device) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+
+
+def _yarn_inv_freq(head_dim: int, theta: float, s: RopeScaling, device) -> torch.Tensor:
+    """Frequencies that turn fewer than beta_slow times over the trained context are interpolated
+    (divided by factor), those turning more than beta_fast times are kept, and a linear ramp blends between."""
+
+    def feature(rotations: float) -> float:  # the pair index whose wavelength fits `rotations` times
+        return head_dim * math.log(s.original_positions / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(feature(s.beta_fast)), 0)
+    high = min(math.ceil(feature(s.beta_slow)), head_dim - 1)
+    if low == high:
+        high += 0.001  # a one-step ramp, not a division by zero
+    powers = theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    ramp = ((torch.arange(head_dim // 2, device=device, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: extrapolate (original frequency), 0: interpolate
+    return 1.0 / (s.factor * powers) * (1 - keep) + 1.0 / powers * keep
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling = NO_SCALING, seq_len: int = 0,
+                  device=None) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies (head_dim/2,) float32, cos/sin scale) for a sequence of ``seq_len`` positions.
+
+    seq_len only matters for dynamic scaling (position ids 0 .. seq_len-1 in this forward).
+    """
+    kind, factor = scaling.kind, scaling.factor
+    if kind == "linear":  # dividing the frequencies is dividing the positions
+        return _default_inv_freq(head_dim, theta, device) / factor, 1.0
+    if kind == "ntk":
+        return _default_inv_freq(head_dim, theta * factor ** (head_dim / (head_dim - 2)), device), 1.0
+    if kind == "dynamic" and seq_len > scaling.original_positions:
+        # float32 like HF, which computes the new base from a tensor length
+        n = torch.tensor(float(seq_len), dtype=torch.float32)
+        grow = (factor * n / scaling.original_positions - (factor - 1)) ** (head_dim / (head_dim - 2))
+        return _default_inv_freq(head_dim, (theta * grow).to(device), device), 1.0
+    if kind == "yarn":
+        scale = scaling.attention_factor if scaling.attention_factor is not None else yarn_attention_factor(factor)
+        return _yarn_inv_freq(head_dim, theta, scaling, device), scale
+    return _default_inv_freq(head_dim, theta, device), 1.0
+
+
+def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype,
+                 scaling: RopeScaling = NO_SCALING):
     """cos and sin of each position's rotation angles, shaped (B, 1, T, head_dim) to broadcast over heads.
 
     Feature pair (i, i + head_dim/2) rotates by angle pos * theta^(-2i/head_dim): the "rotate half"
-    layout used by GPT-NeoX and Hugging Face LLaMA checkpoints.
+    layout used by GPT-NeoX and Hugging Face LLaMA checkpoints. Dynamic scaling reads the sequence
+    length from the largest position id, as HF does: in cached decoding each new token's query and
+    key use the base for the length so far, while cached keys keep the rotation they were stored with.
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim))
+    seq_len = int(position_ids.max()) + 1 if scaling.kind == "dynamic" and position_ids.numel() else 0
+    inv_freq, scale = rope_inv_freq(head_dim, theta, scaling, seq_len, position_ids.device)
     angles = position_ids.float()[..., None] * inv_freq  # (B, T, head_dim/2)
     angles = torch.cat([angles, angles], dim=-1)  # (B, T, head_dim)
-    return angles.cos().to(dtype)[:, None], angles.sin().to(dtype)[:, None]
+    cos, sin = angles.cos(), angles.sin()
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return cos.to(dtype)[:, None], sin.to(dtype)[:, None]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
