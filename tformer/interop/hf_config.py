@@ -389,6 +389,7 @@ _FROM_WEIGHTS = {
     "t5": lambda back, c: back.replace(tied_embeddings=c.tied_embeddings),
     "bart": lambda back, c: back.replace(final_logits_bias=c.final_logits_bias),
     "llama": _same_rope,
+    "mistral": _same_rope,
 }
 
 
