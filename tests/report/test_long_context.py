@@ -12,6 +12,7 @@ from tformer.cli import report as cli_report
 from tformer.machine import resolve_hardware
 from tformer.machine.profile_store import bench_results_name
 from tformer.measure.attention_sweep import SweepSpec
+from tformer.model import ATTENTION
 from tformer.report import section_long_context as L
 from tformer.report.doc import Figure, Table
 
@@ -41,11 +42,11 @@ def test_section_from_a_tiny_sweep(device, tmp_path, monkeypatch):
                                           "Longformer / BigBird, or Flash", "Performer"]
     assert guide.rows[0][2] in ("sdpa", "reference") and guide.rows[-1][3] == "not measured"
     points = tables["Each call, measured beside the ledger"].rows
-    assert {(r[0], r[1]) for r in points} == {(k, str(n)) for k in ("sdpa", "reference") for n in (32, 64)}
+    assert {(r[0], r[1]) for r in points} == {(k, str(n)) for k in ATTENTION for n in (32, 64)}
     assert all((r[3] == "unknown") == (device is None) for r in points)
     assert "python bench/attention_quality.py" in sec.blocks[-1].text
     data = ctx.data["long_context"]
-    assert data["quality"]["missing"] and {k["kind"] for k in data["kinds"]} == {"sdpa", "reference"}
+    assert data["quality"]["missing"] and {k["kind"] for k in data["kinds"]} == set(ATTENTION)
 
 
 def test_quality_table_comes_from_the_bench_record(tmp_path, monkeypatch):

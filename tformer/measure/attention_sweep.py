@@ -278,8 +278,14 @@ def sweep(spec: SweepSpec, device=None, kinds=None, progress=None) -> tuple[list
     """Every available kind (or ``kinds``) over ``spec``; also the notes on kinds skipped."""
     spec.validate()
     run, notes = available_kinds(kinds)
-    deadline = time.perf_counter() + spec.total_budget_s if spec.total_budget_s else None
-    return [sweep_kind(k, spec, device, deadline, progress) for k in run], notes
+    end = time.perf_counter() + spec.total_budget_s if spec.total_budget_s else None
+    out = []
+    for i, kind in enumerate(run):
+        # Each kind gets an equal share of what is left, so the last kinds are not starved by the first;
+        # what a kind leaves unused passes to the ones after it.
+        deadline = None if end is None else time.perf_counter() + (end - time.perf_counter()) / (len(run) - i)
+        out.append(sweep_kind(kind, spec, device, deadline, progress))
+    return out, notes
 
 
 # ------------------------------------------------------------------------------------------------
