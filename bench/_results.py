@@ -50,3 +50,10 @@ def save(section: str, data: dict, m: dict) -> Path:
     doc[section] = {"date": datetime.date.today().isoformat(), **data}
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
     return path
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Plain columns, left-aligned, two spaces apart."""
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])

@@ -107,10 +107,7 @@ def main(argv=None) -> int:
     record = {"exact": EXACT, "steps": steps, "batch": args.batch, "seq": args.seq, "seed": args.seed,
               "eval_batches": evals, "model": MODEL, "kinds": results, "skipped": notes}
     rows = quality_rows(record)
-    widths = [max(len(c) for c in col) for col in zip(*rows, QUALITY_HEADERS)]
-    print("\n" + "  ".join(h.ljust(w) for h, w in zip(QUALITY_HEADERS, widths)))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print("\n" + _results.table(QUALITY_HEADERS, rows))
     if args.json:
         atomic_write_text(args.json, json.dumps(record, indent=1) + "\n")
     if not args.no_save:

@@ -47,13 +47,6 @@ FULL_NS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 QUICK_MAX_N = 2048
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """Plain columns, left-aligned, two spaces apart."""
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
-    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help=f"n up to {QUICK_MAX_N}, one repetition per point")
@@ -99,12 +92,12 @@ def main(argv=None) -> int:
         print(f"  {note}")
     for mode in spec.modes:
         print(f"\n{mode}")
-        print(table(POINT_HEADERS, point_rows(results, mode)))
+        print(_results.table(POINT_HEADERS, point_rows(results, mode)))
     print("\ncrossover against sdpa on this machine (the smallest n from which the kind is faster at every larger n)")
-    print(table(CROSSOVER_HEADERS, crossover_rows(results)))
+    print(_results.table(CROSSOVER_HEADERS, crossover_rows(results)))
     guide_mode = spec.modes[0]
     print(f"\nthe measured selection guide for this machine ({guide_mode}) beside the textbook's")
-    print(table(GUIDE_HEADERS, guide_rows(results, guide_mode)))
+    print(_results.table(GUIDE_HEADERS, guide_rows(results, guide_mode)))
     target = memory_target(results, spec, n=8192)
     print("\n" + target)
     record = {"spec": {**spec.__dict__, "ns": list(spec.ns), "modes": list(spec.modes)},

@@ -18,7 +18,7 @@ CAUSAL = [name for name, kind in ATTN_KINDS.items() if kind.causal]
 # LSH buckets a new token against the cached keys alone, not the chunks a full forward sorts: a cached
 # decode is its own approximation (tformer.model.attention.lsh), so its tokens may differ from a recompute.
 CACHE_EQUALS_RECOMPUTE = [name for name in CAUSAL if name != "lsh"]
-SETTINGS = dict(attn_window=4, attn_block=4, attn_global=1, attn_random=1, attn_features=16, attn_proj=8)
+SETTINGS = {"attn_window": 4, "attn_block": 4, "attn_global": 1, "attn_random": 1, "attn_features": 16, "attn_proj": 8}
 
 
 def _config(kind: str, arch: str = "decoder", **extra) -> ModelConfig:
@@ -69,3 +69,14 @@ def test_a_kind_that_cannot_be_causal_says_so_in_one_line(kind, arch):
     with pytest.raises(TformerError) as err:
         _config(kind, arch)
     assert "cannot be causal" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", [name for name, k in ATTN_KINDS.items() if k.family != "exact"])
+def test_weights_are_refused_where_the_kind_forms_none(kind):
+    """The maps come from the reference kind; a sparse or approximate layer must not silently hand back
+    dense attention's output with them."""
+    arch = "decoder" if ATTN_KINDS[kind].causal else "encoder"
+    model = build(_config(kind, arch)).eval()
+    with pytest.raises(TformerError, match=f"runs '{kind}'"):
+        model(torch.randint(3, 37, (1, 9)), output_attentions=True)
+    assert model(torch.randint(3, 37, (1, 9))).logits.shape == (1, 9, 37)

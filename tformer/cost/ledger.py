@@ -115,11 +115,12 @@ class Ledger:
         name = costed_kind(c, self.workload)
         kind = ATTN_KINDS[name]
         paths = {a.path for st in self.architecture.stacks for layer in st.layers for a in layer.attention if not a.cross}
-        core = [op for op in self.ops if op.phase == "forward" and op.name.rsplit(".", 1)[0] in paths
-                and op.kind not in _PROJECTION_KINDS]
-        per_layer: dict[str, int] = {}
-        for op in core:
-            per_layer[op.name.rsplit(".", 1)[0]] = per_layer.get(op.name.rsplit(".", 1)[0], 0) + op.bytes_written
+        core, per_layer = [], {}
+        for op in self.ops:
+            path = op.name.rsplit(".", 1)[0]
+            if op.phase == "forward" and path in paths and op.kind not in _PROJECTION_KINDS:
+                core.append(op)
+                per_layer[path] = per_layer.get(path, 0) + op.bytes_written
         return {"kind": name, "family": kind.family, "computed": kind.computed,
                 "options": {name: getattr(c, name) for name in kind.options},
                 "matmul_flops": self.total(core, "matmul_flops"), "other_flops": self.total(core, "other_flops"),

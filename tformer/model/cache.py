@@ -115,7 +115,7 @@ class KVCache:
 
     def rewind(self, n: int) -> None:
         """Forget the last ``n`` positions of self-attention (the next step overwrites them)."""
-        if n and any(e is not None for e in self._state):
+        if n and self.recurrent:
             raise ValueError("a recurrent attention state sums every position read; it cannot forget the last ones")
         if self.window is not None and n > 0:
             self._rewind_rolling(n)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import roofline
@@ -234,6 +235,11 @@ def generation(ctx, model, tokenizer, trained: bool) -> dict:
 def head_maps(ctx, model, tokenizer):
     """Attention weights of the first and the last layer (up to 8 heads each) on the sentence: what the
     model looks at first, and what it has built by the end."""
+    kind = model.config.attn_impl
+    if ATTN_KINDS[kind].family != "exact":
+        ctx.notes.append(f"no attention maps: this model runs '{kind}' attention, which never forms the full "
+                         "softmax weights the maps show")
+        return []
     sentence = ctx.options.sentence
     limit = ctx.workloads["train"].seq
     ids = tokenizer.encode(sentence)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tformer.core.attention_kinds import ATTN_KINDS
+from tformer.core.errors import TformerError
 from tformer.model.attention.reference import reference
 from tformer.model.attention.registry import make_attention
 from tformer.model.linear import Linear
@@ -43,6 +44,7 @@ class MultiHeadAttention(nn.Module):
         if cross and ATTN_KINDS[options.kind].family != "exact":
             options = dataclasses.replace(options, kind="sdpa")
         self.attend = make_attention(options, self.n_heads, self.head_dim)
+        self.kind, self.exact = options.kind, ATTN_KINDS[options.kind].family == "exact"
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
@@ -50,6 +52,11 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x, mask: AttentionMask, memory=None, rope=None, cache=None, need_weights: bool = False):
         """x: (B, T, d_model) -> ((B, T, d_model), weights (B, H, T, Tk) or None)."""
+        if need_weights and not self.exact:
+            # The weights come from the reference kind, which would also compute the output: dense attention
+            # where this layer runs another formula. Refuse rather than return another model's output.
+            raise TformerError(f"attention weights come only from exact kinds; this layer runs '{self.kind}', "
+                               "which never forms softmax(Q K^T) over all keys (build it with attn_impl='sdpa' to see maps)")
         q = self._heads(self.q_proj(x), self.n_heads)
         if self.cross and cache is not None and cache.has_cross(self.layer_idx):
             k, v = cache.get_cross(self.layer_idx)
