@@ -179,12 +179,16 @@ def loglog_by_kind(series: dict[str, dict], ylabel: str, title: str) -> bytes:
     ledger's prediction (dashed). ``series``: kind -> {"measured": [(n, y)], "predicted": [(n, y)]}."""
     fig = _figure(7.5, 4.6)
     ax = fig.add_subplot()
-    for kind, pts in series.items():
+    # Twelve kinds outrun the default ten-colour cycle: pair colours (tab20) with markers so no two kinds look alike.
+    from matplotlib import colormaps  # deferred: matplotlib loads only when a figure is drawn
+
+    palette, markers = colormaps["tab20"].colors, "osD^v<>ph*XP"  # tab20: strong and light of each hue in turn
+    for i, (kind, pts) in enumerate(series.items()):
         measured, predicted = sorted(pts.get("measured", [])), sorted(pts.get("predicted", []))
-        color = None
+        color = palette[(2 * i) % len(palette) + (i * 2 // len(palette)) % 2]
         if measured:
-            (line,) = ax.plot([n for n, _ in measured], [y for _, y in measured], marker="o", label=f"{kind} measured")
-            color = line.get_color()
+            ax.plot([n for n, _ in measured], [y for _, y in measured], marker=markers[i % len(markers)], ms=4,
+                    color=color, label=f"{kind} measured")
         if predicted:
             ax.plot([n for n, _ in predicted], [y for _, y in predicted], ls="--", lw=1, color=color,
                     label=f"{kind} predicted")
