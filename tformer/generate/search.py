@@ -33,6 +33,7 @@ from tformer.cost.memory import generation_bytes
 from tformer.generate import sampling
 from tformer.machine import available_memory_bytes
 from tformer.model.base import TransformerModel
+from tformer.model.compiled import compiled_runner
 from tformer.model.runners import Cache, Runner, runner_for
 
 # The "impossible" score of beam search. A large finite number rather than -inf, because the
@@ -67,6 +68,9 @@ class GenerationConfig:
     # growing layout (False) concatenates, copying the whole cache every step: measured on GPT-2 at
     # context 1000, 40.5 ms per step against 33 ms static.
     static_cache: bool = True
+    # Decode steps through a torch.compile'd graph over a preallocated cache (tformer.model.compiled):
+    # the same tokens; the first generation of a shape pays the compilation (compile_seconds, apart).
+    compile: bool = False
     seed: int | None = None  # seeds a private torch.Generator, so sampling is reproducible
     truncate: bool = False  # a prompt longer than the context window: keep its end instead of failing
 
@@ -78,6 +82,9 @@ class GenerationConfig:
         sampling.check_top_p(self.top_p)
         sampling.check_min_p(self.min_p)
         sampling.check_repetition_penalty(self.repetition_penalty)
+        if self.compile and not (self.use_cache and self.static_cache):
+            raise TformerError("compiled decoding writes a preallocated KV cache; drop --no-cache/--growing-cache "
+                               "or drop --compile")
         if isinstance(self.num_beams, bool) or not isinstance(self.num_beams, int) or self.num_beams < 1:
             raise TformerError(f"num_beams must be a whole number >= 1, got {self.num_beams!r}")
         if self.num_beams > 1 and self.sampling:
@@ -108,6 +115,7 @@ class GenerationOutput:
     hit_context_limit: bool = False  # generation stopped because the context window was full
     truncated: bool = False  # the prompt was cut to fit (GenerationConfig.truncate)
     cache_bytes: int = 0  # KV cache in use at the end (0 without a cache)
+    compile_seconds: float = 0.0  # compiling the decode step (GenerationConfig.compile; 0 when reused)
     extras: dict = field(default_factory=dict)
 
     @property
@@ -233,7 +241,7 @@ def _token_steps(run: _Run) -> Iterator[torch.Tensor]:
         logits = run.runner.step(run.cache, tokens)
         run.decode_steps += 1
     _sync(device)
-    run.decode_seconds = time.perf_counter() - t1 - paused
+    run.decode_seconds = time.perf_counter() - t1 - paused - run.cache.compile_seconds  # compiling: apart
 
 
 def _beam_search(batch: int, run: _Run):
@@ -335,7 +343,7 @@ def _beam_search(batch: int, run: _Run):
         logits = runner.step(cache, running[:, :, step].reshape(-1))
         run.decode_steps += 1
     _sync(device)
-    run.decode_seconds = time.perf_counter() - t1
+    run.decode_seconds = time.perf_counter() - t1 - run.cache.compile_seconds  # compiling: apart
     return done_tokens[:, 0], done_lengths[:, 0], done_scores[:, 0]
 
 
@@ -422,6 +430,8 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
         raise TformerError(f"this checkpoint is a {mc.arch} model with no decoder; it cannot generate text. "
                            "Use a decoder or encoder-decoder checkpoint")
     cfg = replace(config or GenerationConfig(), **overrides).validate()
+    if cfg.compile:
+        runner = compiled_runner(model)
     device = runner.device
     rows = _rows(input_ids, attention_mask)
     if any(len(r) == 0 for r in rows):
@@ -540,5 +550,5 @@ def generate(model, input_ids, attention_mask=None, *, config: GenerationConfig 
         prefill_seconds=run.prefill_seconds, decode_seconds=run.decode_seconds,
         prefill_tokens=info["prefill_tokens"], decode_tokens=run.decode_steps * rows, decode_steps=run.decode_steps,
         hit_context_limit=info["hit_context_limit"], truncated=info["truncated"],
-        cache_bytes=run.cache.nbytes,
+        cache_bytes=run.cache.nbytes, compile_seconds=run.cache.compile_seconds,
     )

@@ -91,6 +91,15 @@ class Stack(nn.Module):
         self.final_norm = make_norm(config, spec.final_norm.d) if spec.final_norm else None
         self.max_positions = config.max_positions
 
+    def enter(self, h: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings (B, T, d_model) at ``position_ids`` (B, T) -> the first layer's input: plus
+        absolute positions (learned, sinusoidal), then the embedding norm and dropout."""
+        if self.positions is not None:
+            h = h + self.positions(position_ids).to(h.dtype)
+        if self.embed_norm is not None:
+            h = self.embed_norm(h)
+        return self.dropout(h)
+
     def forward(
         self,
         h: torch.Tensor,
@@ -115,11 +124,7 @@ class Stack(nn.Module):
             )
         if position_ids is None:
             position_ids = torch.arange(past, total, device=h.device)[None].expand(B, T)
-        if self.positions is not None:
-            h = h + self.positions(position_ids).to(h.dtype)
-        if self.embed_norm is not None:
-            h = self.embed_norm(h)
-        h = self.dropout(h)
+        h = self.enter(h, position_ids)
 
         # A rolling cache (sliding window) has dropped the oldest keys: those it holds start at k_start.
         k_start = cache.start if cache is not None else 0

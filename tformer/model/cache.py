@@ -20,7 +20,11 @@ import torch
 
 
 class KVCache:
-    def __init__(self, n_layers: int, max_length: int | None = None, window: int | None = None):
+    def __init__(self, n_layers: int, max_length: int | None = None, window: int | None = None,
+                 buffers: list | None = None, pool=None):
+        """buffers: per layer (k, v) tensors of max_length positions to write into instead of allocating
+        (a compiled step's preallocated cache, reused across generations); pool(rows) gives the buffers
+        to move into when beam search changes the number of rows (else reorder allocates anew)."""
         self.n_layers = n_layers
         self.max_length = max_length  # None: growing layout
         self.window = window  # None: keep every position; else a rolling cache of this many
@@ -29,6 +33,11 @@ class KVCache:
         self._self: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self._cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self._state: list[tuple[torch.Tensor, ...] | None] = [None] * n_layers
+        self._pool = pool
+        if buffers is not None:
+            if max_length is None or window is not None or len(buffers) != n_layers:
+                raise ValueError("preallocated buffers need a static cache of max_length positions, one pair per layer")
+            self._self = list(buffers)
 
     @property
     def static(self) -> bool:
@@ -89,6 +98,10 @@ class KVCache:
             self.length, self.start = end, end - keep
         return k, v
 
+    def self_entries(self) -> list:
+        """Per layer the self-attention (k, v) tensors as held (a static cache: the whole buffers)."""
+        return list(self._self)
+
     def get_state(self, layer: int):
         return self._state[layer]
 
@@ -109,7 +122,15 @@ class KVCache:
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search picks which hypotheses survive)."""
-        self._self = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index)) for e in self._self]
+        if self._pool is not None:  # stay in preallocated buffers: their addresses are what a compiled step reads
+            into = self._pool(index.numel())
+            for e, (k, v) in zip(self._self, into):
+                k.copy_(e[0].index_select(0, index))
+                v.copy_(e[1].index_select(0, index))
+            self._self = list(into)
+        else:
+            self._self = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index))
+                          for e in self._self]
         self._cross = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index)) for e in self._cross]
         self._state = [None if e is None else tuple(t.index_select(0, index) for t in e) for e in self._state]
 

@@ -28,6 +28,10 @@ class DecoderLM(TransformerModel):
         """Sliding-window attention gets a rolling cache: memory capped at the window, whatever the length."""
         return KVCache(self.config.n_layers, max_length, window=rolling_positions(self.config))
 
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """Final hidden states (..., d_model) -> next-token logits (..., vocab)."""
+        return self.lm_head(h)
+
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T)
@@ -44,7 +48,7 @@ class DecoderLM(TransformerModel):
         h, attentions, _ = self.decoder(h, attention_mask, position_ids, cache=cache, need_weights=output_attentions)
         # Generation needs only the last position's logits; the head over a long prompt would
         # otherwise cost T x d_model x vocab multiply-adds for numbers that are thrown away.
-        logits = self.lm_head(h[:, -logits_to_keep:] if logits_to_keep else h)
+        logits = self.head(h[:, -logits_to_keep:] if logits_to_keep else h)
         return ModelOutput(
             logits=logits,
             last_hidden_state=h,

@@ -50,12 +50,14 @@ class EncoderDecoderModel(TransformerModel):
             self.embed(decoder_input_ids), decoder_attention_mask, position_ids,
             memory=memory, memory_mask=memory_mask, cache=cache, need_weights=output_attentions,
         )
-        out = h[:, -logits_to_keep:] if logits_to_keep else h
-        out = out * self.config.d_model**-0.5 if self.config.rescale_tied_head else out
-        logits = self.lm_head(out)
-        if self.final_logits_bias is not None:
-            logits = logits + self.final_logits_bias
-        return logits, h, self_w, cross_w
+        return self.head(h[:, -logits_to_keep:] if logits_to_keep else h), h, self_w, cross_w
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """The decoder's final hidden states (..., d_model) -> logits (..., vocab): T5 rescales before its
+        tied head, BART adds its logits bias."""
+        h = h * self.config.d_model**-0.5 if self.config.rescale_tied_head else h
+        logits = self.lm_head(h)
+        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
 
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: the decoder reads [start, y1, ..., y_{T-1}] to predict [y1, ..., yT]."""
