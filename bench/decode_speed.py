@@ -3,12 +3,17 @@ speed-up as the context grows, and each decode step against its memory-bandwidth
 
     python bench/decode_speed.py                 # char-small and gpt2 (random weights), ~2-3 minutes
     python bench/decode_speed.py --models gpt2 --batches 1 --json decode.json
+    python bench/decode_speed.py --models gpt2 --device cuda --contexts 1024    # on a GPU: CUDA graphs
 
 What is measured (CPU, fp32, random weights: speed does not depend on the values):
-  1. decode tokens/s at batch 1 and 8, with and without the cache, ours and transformers'. Both
-     are timed the same way: wall clock of generate(N+1 new tokens) minus generate(1 new token),
-     so the prefill and per-call set-up cancel and what is left is N decode steps. Ours and
-     theirs alternate within each repeat, so machine noise hits both; the best repeat is kept.
+  1. decode tokens/s at batch 1 and 8, with and without the cache, ours (eager, and compiled: a
+     torch.compile'd step over a preallocated cache) and transformers' (its dynamic cache, its static
+     cache, and its static cache with the forward compiled). All are timed the same way: wall
+     clock of generate(N+1 new tokens) minus generate(1 new token), so the prefill and per-call
+     set-up cancel and what is left is N decode steps; compilation happens in an untimed warm-up.
+     The columns alternate within each repeat, so machine noise hits all; the best repeat is kept.
+     The compiled step is set against the read roofline: batch x read-only stream rate / weight
+     bytes (target: at least 75% of it at batch 1 on a CPU).
   2. cached vs uncached time per decode step at contexts 128, 512, 1024 (gpt2; char-small stops
      at its 128-token window): with the cache (static layout, generate's default) a step reads n
      cached keys; without it the model reruns all n tokens.
@@ -68,8 +73,8 @@ def measured_bandwidth() -> tuple[float, str]:
 
 
 # Models -------------------------------------------------------------------------------------
-def make_pair(name: str):
-    """Our model with random weights and transformers' GPT2LMHeadModel holding the same weights."""
+def make_pair(name: str, device: str = "cpu"):
+    """Our model with random weights and transformers' GPT2LMHeadModel holding the same weights, on ``device``."""
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -80,7 +85,7 @@ def make_pair(name: str):
     with tempfile.TemporaryDirectory() as d:
         tformer.save_hf(ours, d)
         theirs = transformers.AutoModelForCausalLM.from_pretrained(d).eval()
-    return ours, theirs
+    return ours.to(device), theirs.to(device)
 
 
 def weight_bytes(model) -> int:
@@ -88,46 +93,86 @@ def weight_bytes(model) -> int:
 
 
 # Timing -------------------------------------------------------------------------------------
-def time_call(fn) -> float:
+def sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_call(fn, device="cpu") -> float:
+    sync(device)
     t = time.perf_counter()
     fn()
+    sync(device)
     return time.perf_counter() - t
 
 
 # tformer's own paths for nn.Linear: the default (chosen from this machine's timings) and each one forced.
 PATHS = ("auto", "plain", "split")
+# The columns of the tokens/s table: ours eager on each nn.Linear path, ours compiled, transformers with
+# its dynamic cache (its default), its static cache, and its static cache with its forward compiled.
+COLUMNS = {"auto": "default", "plain": "plain", "split": "split", "compiled": "compiled", "hf": "HF",
+           "hf_static": "HF static", "hf_compiled": "HF st+comp"}
 
 
-def ours_generate(model, ids, n, use_cache, path="auto"):
+def ours_generate(model, ids, n, use_cache, path="auto", compiled=False):
     def call():
         with linear.use_paths(path):
-            generate(model, ids, max_new_tokens=n, stop_tokens=[], use_cache=use_cache)
+            generate(model, ids, max_new_tokens=n, stop_tokens=[], use_cache=use_cache, compile=compiled)
     return call
 
 
-def hf_generate(model, ids, n, use_cache):
+def hf_generate(model, ids, n, use_cache, cache="dynamic", backend="inductor"):
+    """transformers' generate: its dynamic cache, its static cache run eagerly, or its static cache with the
+    forward compiled (what transformers does by itself on CUDA; asked for explicitly elsewhere)."""
+    from transformers import CompileConfig
+
     mask = torch.ones_like(ids)
+    extra = {}
+    if cache != "dynamic":
+        extra["cache_implementation"] = "static"
+        if cache == "compiled":
+            mode = "reduce-overhead" if ids.is_cuda and backend == "inductor" else "default"
+            config = CompileConfig(fullgraph=True, backend=backend, mode=mode)
+            config._compile_all_devices = True  # transformers compiles on CUDA only unless told
+            extra["compile_config"] = config
+        else:
+            extra["disable_compile"] = True
 
     def call():
         with torch.no_grad():
             model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                           use_cache=use_cache, pad_token_id=0, eos_token_id=None)
+                           use_cache=use_cache, pad_token_id=0, eos_token_id=None, **extra)
     return call
 
 
-def decode_rates(ours, theirs, batch, prompt, new, use_cache, repeats):
-    """Best-of-repeats decode tokens/s for ours and theirs, measured alternately."""
+def decode_rates(ours, theirs, batch, prompt, new, use_cache, repeats, compiled=False):
+    """Best-of-repeats decode tokens/s of each column, measured alternately. compiled: the compiled columns'
+    backend ("inductor", "eager"), or False for none."""
+    device = next(ours.parameters()).device
     ids = torch.randint(0, ours.config.vocab_size, (batch, prompt), generator=torch.Generator().manual_seed(1))
+    ids = ids.to(device)
+    paths = PATHS if device.type == "cpu" else ("auto",)  # the split path is a CPU path
     calls = {path: (ours_generate(ours, ids, 1, use_cache, path), ours_generate(ours, ids, new + 1, use_cache, path))
-             for path in PATHS}
+             for path in paths}
     calls["hf"] = (hf_generate(theirs, ids, 1, use_cache), hf_generate(theirs, ids, new + 1, use_cache))
-    for short, long in calls.values():  # warm-up: first calls pay one-time set-up
+    if use_cache:
+        calls["hf_static"] = (hf_generate(theirs, ids, 1, True, "static"), hf_generate(theirs, ids, new + 1, True, "static"))
+    if use_cache and compiled:
+        calls["compiled"] = (ours_generate(ours, ids, 1, True, compiled=compiled),
+                             ours_generate(ours, ids, new + 1, True, compiled=compiled))
+        calls["hf_compiled"] = (hf_generate(theirs, ids, 1, True, "compiled", compiled),
+                                hf_generate(theirs, ids, new + 1, True, "compiled", compiled))
+    for key, (short, long) in calls.items():  # warm-up: first calls pay one-time set-up (and compilation)
+        t = time.perf_counter()
         short()
+        long()
         short()
+        if key in ("compiled", "hf_compiled"):
+            print(f"  ({COLUMNS[key]} at batch {batch}: compiled and warmed in {time.perf_counter() - t:.0f} s)")
     best = {k: 0.0 for k in calls}
     for _ in range(repeats):
         for key, (short, long) in calls.items():
-            dt = time_call(long) - time_call(short)
+            dt = time_call(long, device) - time_call(short, device)
             if dt > 0:
                 best[key] = max(best[key], batch * new / dt)
     return best
@@ -135,9 +180,11 @@ def decode_rates(ours, theirs, batch, prompt, new, use_cache, repeats):
 
 def step_times(model, batch, context, steps, repeats):
     """Seconds per decode step at ``context`` tokens: (cached, uncached, KV bytes), best of repeats."""
+    device = next(model.parameters()).device
     ids = torch.randint(0, model.config.vocab_size, (batch, context), generator=torch.Generator().manual_seed(2))
+    ids = ids.to(device)
     mask = torch.ones_like(ids)
-    token = torch.zeros(batch, dtype=torch.long)
+    token = torch.zeros(batch, dtype=torch.long, device=device)
     best_cached = best_uncached = float("inf")
     kv_bytes = 0
     runner = runner_for(model)
@@ -147,18 +194,17 @@ def step_times(model, batch, context, steps, repeats):
             cached = runner.new_cache(batch, context + 1)
             runner.prefill(cached, ids[:, : context - steps], mask[:, : context - steps])
             runner.step(cached, token)  # warm the step path
-            t = time.perf_counter()
-            for _ in range(steps - 1):
-                runner.step(cached, token)
-            best_cached = min(best_cached, (time.perf_counter() - t) / (steps - 1))
+
+            def run_steps(cached=cached):
+                for _ in range(steps - 1):
+                    runner.step(cached, token)
+            best_cached = min(best_cached, time_call(run_steps, device) / (steps - 1))
             kv_bytes = cached.nbytes
             # Uncached: a step at context n reruns the model over all n tokens (last logits only).
             # Seconds long at large n, so its noise is small: one timing is enough there.
             if rep == 0 or context <= 256:
                 uncached = runner.new_cache(batch, kv=False)
-                t = time.perf_counter()
-                runner.prefill(uncached, ids, mask)
-                best_uncached = min(best_uncached, time.perf_counter() - t)
+                best_uncached = min(best_uncached, time_call(lambda c=uncached: runner.prefill(c, ids, mask), device))
     return best_cached, best_uncached, kv_bytes
 
 
@@ -181,14 +227,12 @@ def budget_lines(hf_tokens_per_s, ours_tokens_per_s, wbytes, read_bw, glue, targ
             f" ({'reachable' if ceiling >= target else 'below'} the {target:g}x target)"]
 
 
-def read_bandwidth() -> float:
+def read_bandwidth(device="cpu") -> float:
     """Bytes/s of a read-only stream (a sum over 512 MiB): what a decode step's weight reads can hope for."""
-    x = torch.ones(512 * 2**20 // 4)
+    x = torch.ones(512 * 2**20 // 4, device=device)
     best = float("inf")
     for _ in range(5):
-        t = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t)
+        best = min(best, time_call(x.sum, device))
     return x.numel() * 4 / best
 
 
@@ -206,6 +250,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads (default: torch's choice). On a shared machine use 1: with every core "
                         "threaded, one busy core stalls every op at its barrier and timings fall apart")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (on CUDA, compiled steps replay as CUDA graphs)")
+    p.add_argument("--compile", default="inductor", choices=["inductor", "eager", "none"],
+                   help="the compiled columns' backend: inductor (generated kernels; the real thing), eager "
+                        "(traced only: a quick check that the columns run), none (skip them)")
     p.add_argument("--json", default=None, metavar="FILE")
     p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
     args = p.parse_args(argv)
@@ -217,7 +265,14 @@ def main(argv=None) -> int:
 
     import transformers
 
-    bandwidth, bw_source = measured_bandwidth()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this PyTorch sees no CUDA device")
+    compiled = args.compile if args.compile != "none" else False  # the backend, or False
+    if device.type == "cuda":
+        bandwidth, bw_source = read_bandwidth(device), "device read stream measured now"
+    else:
+        bandwidth, bw_source = measured_bandwidth()
     machine = _results.machine()
     print(f"{_results.header(machine)}, transformers {transformers.__version__}, python {sys.version.split()[0]}")
     table = linear.path_table()  # this machine's timings (tuned now if none are saved): what "default" follows
@@ -225,41 +280,55 @@ def main(argv=None) -> int:
           f"at {sum(p.gain >= MIN_GAIN for p in table.points)} of them")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average before the run: {load:.2f} (other processes share these cores; compare ratios)")
-    read_bw = read_bandwidth()
+    read_bw = read_bandwidth(device)
     print(f"memory bandwidth: {bandwidth / 1e9:.1f} GB/s ({bw_source}); read-only stream "
           f"{read_bw / 1e9:.1f} GB/s (sum over 512 MiB). The bound below uses the first.")
     print(f"settings: fp32, random weights, greedy, prompt {args.prompt} tokens, {args.new} decode steps per call, "
           f"best of {args.repeats}; tokens/s = batch x steps / seconds (GB = 1e9 bytes)")
-    results = {"machine": machine, "bandwidth_bytes_per_s": bandwidth, "bandwidth_source": bw_source,
+    if device.type == "cuda":
+        print(f"device: {torch.cuda.get_device_name(device)}")
+    results = {"machine": machine, "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+               "compile": args.compile, "bandwidth_bytes_per_s": bandwidth, "bandwidth_source": bw_source,
                "read_bandwidth_bytes_per_s": read_bw, "threads": torch.get_num_threads(),
                "decode": [], "context": [], "torch": torch.__version__, "transformers": transformers.__version__}
 
     for name in models:
         t0 = time.perf_counter()
-        ours, theirs = make_pair(name)
+        ours, theirs = make_pair(name, device)
         wbytes = weight_bytes(ours)
         print(f"\n== {name}: {ours.num_parameters() / 1e6:.1f}M parameters, {wbytes / 1e6:.0f} MB of fp32 weights")
-        print("tok/s; default = the nn.Linear path tformer chooses from this machine's timings; plain / split = "
-              "each forced; roofline = batch x read bandwidth / weight bytes (cached rows)")
-        print(f"{'batch':>5} {'cache':>6} {'default':>9} {'plain':>9} {'split':>9} {'HF':>9} {'roofline':>9} "
-              f"{'default/HF':>10} {'default/best own':>16}")
+        print("tok/s; default = tformer eager, on the nn.Linear path it chooses from this machine's timings; plain / "
+              "split = each forced; compiled = tformer's compiled step; HF = transformers' dynamic cache, HF static = "
+              "its static cache, HF st+comp = static cache with its forward compiled; roofline = batch x read "
+              "bandwidth / weight bytes (cached rows)")
+        keys = [k for k in COLUMNS if (k in PATHS and device.type == "cpu") or k == "auto" or k.startswith("hf")
+                or (k == "compiled" and compiled)]
+        keys = [k for k in keys if k != "hf_compiled" or compiled]
+        print(f"{'batch':>5} {'cache':>6} " + " ".join(f"{COLUMNS[k]:>10}" for k in keys)
+              + f" {'roofline':>9} {'default/HF':>10} {'default/best own':>16} {'compiled/roof':>13}")
         budget = []
         for batch in batches:
             for use_cache in (True, False):
                 if not use_cache and args.no_uncached_hf:
                     continue
-                r = decode_rates(ours, theirs, batch, args.prompt, args.new, use_cache, args.repeats)
+                r = decode_rates(ours, theirs, batch, args.prompt, args.new, use_cache, args.repeats, compiled)
                 ratio = r["auto"] / r["hf"] if r["hf"] else float("nan")
-                own = r["auto"] / max(r[p] for p in PATHS)
+                own = r["auto"] / max(r[p] for p in PATHS if p in r)
                 roof = batch * read_bw / wbytes if use_cache else float("nan")
-                print(f"{batch:>5} {'yes' if use_cache else 'no':>6} {r['auto']:>9.1f} {r['plain']:>9.1f} "
-                      f"{r['split']:>9.1f} {r['hf']:>9.1f} {roof:>9.1f} {ratio:>9.2f}x {own:>15.2f}x")
+                of_roof = r.get("compiled", float("nan")) / roof if use_cache else float("nan")
+                cells = " ".join(f"{r[k]:>10.1f}" if k in r else f"{'-':>10}" for k in keys)
+                print(f"{batch:>5} {'yes' if use_cache else 'no':>6} {cells} {roof:>9.1f} {ratio:>9.2f}x "
+                      f"{own:>15.2f}x {of_roof:>12.0%}")
                 results["decode"].append({"model": name, "batch": batch, "cache": use_cache,
-                                          "ours_tokens_per_s": r["auto"], "plain_tokens_per_s": r["plain"],
-                                          "split_tokens_per_s": r["split"], "hf_tokens_per_s": r["hf"],
+                                          "ours_tokens_per_s": r["auto"], "plain_tokens_per_s": r.get("plain"),
+                                          "split_tokens_per_s": r.get("split"), "hf_tokens_per_s": r["hf"],
+                                          "compiled_tokens_per_s": r.get("compiled"),
+                                          "hf_static_tokens_per_s": r.get("hf_static"),
+                                          "hf_static_compiled_tokens_per_s": r.get("hf_compiled"),
                                           "read_roofline_tokens_per_s": roof if use_cache else None,
+                                          "compiled_over_read_roofline": of_roof if use_cache and compiled else None,
                                           "ratio": ratio, "default_over_best_own": own})
-                if batch == 1 and use_cache and r["hf"] and r["auto"]:
+                if batch == 1 and use_cache and r["hf"] and r["auto"] and device.type == "cpu":
                     glue = glue_seconds(ours.config, args.prompt)
                     budget = budget_lines(r["hf"], r["auto"], wbytes, read_bw, glue)
                     results["decode"][-1].update(glue_s=glue, weights_at_read_bw_s=wbytes / read_bw)

@@ -37,19 +37,23 @@ def test_decode_speed_runs_and_reports_ratio_and_budget(capsys, tmp_path):
     pytest.importorskip("transformers")
     decode = load("decode_speed")
     out_json = tmp_path / "decode.json"
-    assert decode.main(["--models", "char-small", "--batches", "1", "--prompt", "4", "--new", "2",
-                        "--contexts", "16", "--repeats", "1", "--no-uncached-hf", "--json", str(out_json),
-                        "--no-save"]) == 0
+    assert decode.main(["--models", "char-small", "--batches", "1", "--prompt", "4", "--new", "6",
+                        "--contexts", "16", "--repeats", "2", "--no-uncached-hf", "--json", str(out_json),
+                        "--no-save", "--compile", "eager"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^machine: .+ cores / .+ CPUs, ISA .+, BLAS \S+", out, re.M)
-    # default, plain, split, HF, roofline tokens/s, then default/HF and default over tformer's best own path
-    assert re.search(r"^\s+1\s+yes(\s+[\d.]+){5}\s+[\d.]+x\s+[\d.]+x$", out, re.M)
+    # default, plain, split, compiled, HF, HF static, HF static+compiled, roofline tokens/s, then default/HF,
+    # default over tformer's best own path, and compiled over the roofline
+    assert re.search(r"^\s+1\s+yes(\s+[\d.]+){8}\s+[\d.]+x\s+[\d.]+x\s+\d+%$", out, re.M)
     assert "best ratio with the products at the stream rate" in out
     import json
 
     record = json.loads(out_json.read_text())["decode"][0]
     assert record["glue_s"] > 0 and record["weights_at_read_bw_s"] > 0 and record["ratio"] > 0
     assert record["plain_tokens_per_s"] > 0 and record["split_tokens_per_s"] > 0
+    assert record["compiled_tokens_per_s"] > 0 and record["hf_static_tokens_per_s"] > 0
+    assert record["compiled_over_read_roofline"] == pytest.approx(
+        record["compiled_tokens_per_s"] / record["read_roofline_tokens_per_s"])
     assert record["default_over_best_own"] == pytest.approx(
         record["ours_tokens_per_s"] / max(record[f"{p}_tokens_per_s"] for p in ("ours", "plain", "split")))
 

@@ -71,6 +71,19 @@ def test_generate_json_from_ids(ckpts, capsys):
         assert json.loads(out2)["sequences"][0]["ids"] == ids
 
 
+@pytest.mark.parametrize("command, key", [("generate", "dec"), ("translate", "s2s")])
+def test_compile_gives_the_same_ids_and_reports_compilation_apart(ckpts, capsys, command, key):
+    src = "--prompt-ids" if command == "generate" else "--source-ids"
+    argv = [command, "--ckpt", str(ckpts[key]), src, "5,6,7", src, "8,9", "--greedy", "--max-new-tokens", "6",
+            "--stop-ids", "", "--json"]
+    _, plain, _ = _run(capsys, *argv)
+    code, out, _ = _run(capsys, *argv, "--compile")
+    data = json.loads(out)
+    assert code == 0 and data["compiled"] is True and data["compile_seconds"] > 0
+    assert [s["ids"] for s in data["sequences"]] == [s["ids"] for s in json.loads(plain)["sequences"]]
+    assert data["decode_tokens_per_s"] > 0 and json.loads(plain)["compile_seconds"] == 0
+
+
 def test_generate_text_with_tokenizer_streams_and_prints_speeds(ckpts, capsys):
     code, out, _ = _run(capsys, "generate", "--ckpt", str(ckpts["dec_tok"]), "--prompt", "to be", "--seed", "0",
                         "--top-k", "5", "--max-new-tokens", "8")
@@ -115,6 +128,8 @@ def test_translate(ckpts, capsys):
     (["translate", "--ckpt", "{dec}", "--source-ids", "5"], "decoder-only"),
     (["generate", "--ckpt", "/no/such/dir", "--prompt-ids", "5"], "does not exist"),
     (["generate", "--ckpt", "{dec}", "--prompt-ids", "5", "--num-beams", "2", "--top-k", "4"], "does not sample"),
+    (["generate", "--ckpt", "{dec}", "--prompt-ids", "5", "--compile", "--no-cache"], "preallocated KV cache"),
+    (["generate", "--ckpt", "{enc}", "--prompt-ids", "5", "--compile"], "no decoder"),
 ])
 def test_bad_input_is_one_line_and_exit_2(ckpts, capsys, argv, message):
     argv = [a.format(**{k: str(v) for k, v in ckpts.items()}) for a in argv]

@@ -48,6 +48,9 @@ def add_decoding_arguments(parser, default_max: int) -> None:
                         help="pre-allocate the KV cache for prompt + new tokens (the default)")
     layout.add_argument("--growing-cache", dest="static_cache", action="store_false",
                         help="grow the KV cache by concatenation (copies it every step; to compare)")
+    parser.add_argument("--compile", action="store_true",
+                        help="decode through a torch.compile'd step over a preallocated cache (the first run of a "
+                             "shape compiles; that time is reported apart from decode tokens/s)")
     parser.add_argument("--truncate", action="store_true", help="cut a prompt that exceeds the context window")
     parser.add_argument("--json", action="store_true", help="print one JSON object (ids, text, tokens/s)")
 
@@ -132,6 +135,7 @@ def generation_config(args):
         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
         num_beams=args.num_beams, length_penalty=args.length_penalty, early_stopping=early, stop_tokens=stop,
         use_cache=not args.no_cache, static_cache=args.static_cache, seed=args.seed, truncate=args.truncate,
+        compile=args.compile,
     ).validate()
 
 
@@ -169,6 +173,7 @@ def report(out, rows, tokenizer, cfg, as_json: bool, label: str, streamed: bool 
             "prefill_tokens_per_s": out.prefill_tokens_per_s,
             "decode_tokens": out.decode_tokens, "decode_seconds": out.decode_seconds,
             "decode_tokens_per_s": out.decode_tokens_per_s,
+            "compiled": bool(cfg.compile), "compile_seconds": out.compile_seconds,
             "cache": "none" if not cfg.use_cache else ("static" if cfg.static_cache else "growing"),
             "cache_bytes": out.cache_bytes, "hit_context_limit": out.hit_context_limit, "truncated": out.truncated,
             "settings": {k: v for k, v in vars(cfg).items()},
@@ -179,6 +184,8 @@ def report(out, rows, tokenizer, cfg, as_json: bool, label: str, streamed: bool 
             head = f"[{i}] " if len(out.sequences) > 1 else ""
             print(head + (text(seq) if tokenizer is not None else " ".join(map(str, seq))))
     cache = "no cache" if not cfg.use_cache else f"{'static' if cfg.static_cache else 'growing'} KV cache"
+    if cfg.compile:
+        cache += f", compiled step ({out.compile_seconds:.1f} s compiling, not in the rates)"
     print(f"prefill: {out.prefill_tokens} tokens in {out.prefill_seconds * 1e3:.1f} ms "
           f"({out.prefill_tokens_per_s:,.0f} tokens/s) | decode: {out.decode_tokens} tokens in "
           f"{out.decode_seconds * 1e3:.1f} ms ({out.decode_tokens_per_s:,.1f} tokens/s) | {cache}, "

@@ -33,7 +33,7 @@ from tformer.cost.memory import generation_bytes
 from tformer.generate import sampling
 from tformer.machine import available_memory_bytes
 from tformer.model.base import TransformerModel
-from tformer.model.compiled import compiled_runner
+from tformer.model.compiled import BACKENDS, compiled_runner
 from tformer.model.runners import Cache, Runner, runner_for
 
 # The "impossible" score of beam search. A large finite number rather than -inf, because the
@@ -70,7 +70,8 @@ class GenerationConfig:
     static_cache: bool = True
     # Decode steps through a torch.compile'd graph over a preallocated cache (tformer.model.compiled):
     # the same tokens; the first generation of a shape pays the compilation (compile_seconds, apart).
-    compile: bool = False
+    # True = the inductor backend; a backend name ("inductor", "eager", "aot_eager") picks another.
+    compile: bool | str = False
     seed: int | None = None  # seeds a private torch.Generator, so sampling is reproducible
     truncate: bool = False  # a prompt longer than the context window: keep its end instead of failing
 
@@ -82,6 +83,8 @@ class GenerationConfig:
         sampling.check_top_p(self.top_p)
         sampling.check_min_p(self.min_p)
         sampling.check_repetition_penalty(self.repetition_penalty)
+        if not isinstance(self.compile, bool) and self.compile not in BACKENDS:
+            raise TformerError(f"compile must be True, False or a backend ({', '.join(BACKENDS)}), got {self.compile!r}")
         if self.compile and not (self.use_cache and self.static_cache):
             raise TformerError("compiled decoding writes a preallocated KV cache; drop --no-cache/--growing-cache "
                                "or drop --compile")
@@ -431,7 +434,7 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
                            "Use a decoder or encoder-decoder checkpoint")
     cfg = replace(config or GenerationConfig(), **overrides).validate()
     if cfg.compile:
-        runner = compiled_runner(model)
+        runner = compiled_runner(model, backend="inductor" if cfg.compile is True else cfg.compile)
     device = runner.device
     rows = _rows(input_ids, attention_mask)
     if any(len(r) == 0 for r in rows):

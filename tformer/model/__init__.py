@@ -12,6 +12,7 @@ from tformer.model.encoder import EncoderModel
 from tformer.model.encoder_decoder import EncoderDecoderModel
 from tformer.model.init import init_weights
 from tformer.model.runners import Batch, Runner, runner_for
+from tformer.model.compiled import compiled_runner
 
 ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel}
 
@@ -41,6 +42,6 @@ def with_attention(model: TransformerModel, name: str) -> TransformerModel:
 
 
 __all__ = [
-    "build", "with_attention", "ATTENTION", "attention_fn", "runner_for", "Runner", "Batch",
+    "build", "with_attention", "ATTENTION", "attention_fn", "runner_for", "compiled_runner", "Runner", "Batch",
     "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel",
 ]

@@ -65,15 +65,17 @@ class StepState:
 class StaticDecoder:
     """A model's compiled decode step and the KV buffers it writes, one set per shape."""
 
-    def __init__(self, model: TransformerModel, mode: str | None = None):
+    def __init__(self, model: TransformerModel, mode: str | None = None, backend: str = "inductor"):
+        """mode: torch.compile's (default: CUDA graphs on CUDA, "default" elsewhere); backend: "inductor" (generated
+        kernels), or "eager" / "aot_eager" (traced but run by ATen: checks the step without compiling code)."""
         check_static_step(model.config)
         self.model = model
         self.stack = model.decoder
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         if mode is None:
-            mode = "reduce-overhead" if self.device.type == "cuda" else "default"
-        self.mode = mode
+            mode = "reduce-overhead" if self.device.type == "cuda" and backend == "inductor" else "default"
+        self.mode, self.backend = mode, backend
         self._buffers: OrderedDict[tuple[int, int], list] = OrderedDict()
         self._compiled: set[tuple] = set()  # shapes the step has been compiled for
         dynamo = torch._dynamo.config
@@ -84,7 +86,8 @@ class StaticDecoder:
         def step(tokens, slot, positions, keep, self_kv, cross_kv, cross_bias):
             return static_step(model, stack, tokens, slot, positions, keep, self_kv, cross_kv, cross_bias)
 
-        self._step = torch.compile(step, fullgraph=True, dynamic=False, mode=mode)
+        options = {"fullgraph": True, "dynamic": False, "backend": backend}
+        self._step = torch.compile(step, **options, **({"mode": mode} if backend == "inductor" else {}))
 
     def __deepcopy__(self, memo):
         # A copied model gets its own decoder on first use (compiled graphs and buffers are not copied).
@@ -154,7 +157,9 @@ class _Compiled:
         length = cache_length(max_len, self.config.max_positions)
         cache = super().new_cache(rows, None, kv=False)
         n_layers = len(self.decoder.stack.layers)
-        pool = lambda r: self.decoder.buffers(r, length, zero=False)  # noqa: E731  (beam search's reorder)
+
+        def pool(r):  # beam search's reorder moves rows into these (every element overwritten: no zeroing)
+            return self.decoder.buffers(r, length, zero=False)
         cache.kv = KVCache(n_layers, length, buffers=self.decoder.buffers(rows, length), pool=pool)
         return cache
 
@@ -228,21 +233,26 @@ class CompiledEncoderDecoderRunner(_Compiled, EncoderDecoderRunner):
         super().rewind(cache, n)
 
 
-def compiled_runner(model: TransformerModel, mode: str | None = None):
-    """The compiled runner of ``model``. Its StaticDecoder (compiled graphs, buffers) is made once per model
-    and mode, kept on the model, and reused by every later call, so repeated generations do not
+BACKENDS = ("inductor", "eager", "aot_eager")
+
+
+def compiled_runner(model: TransformerModel, mode: str | None = None, backend: str = "inductor"):
+    """The compiled runner of ``model``. Its StaticDecoder (compiled graphs, buffers) is made once per model,
+    mode and backend, kept on the model, and reused by every later call, so repeated generations do not
     recompile. One generation at a time per model: concurrent ones of one shape would share buffers."""
+    if backend not in BACKENDS:
+        raise TformerError(f"compile backend {backend!r} is unknown; use one of: {', '.join(BACKENDS)}")
     base = runner_for(model)
     check_static_step(model.config)
     decoders = model.__dict__.setdefault("_static_decoders", {})  # a plain attribute: not in the state dict
-    key = mode or "auto"
+    key = (mode, backend)
     if decoders.get(key) is None:
-        decoders[key] = StaticDecoder(model, mode)
+        decoders[key] = StaticDecoder(model, mode, backend)
     cls = CompiledEncoderDecoderRunner if base.takes_source else CompiledDecoderRunner
     runner = cls(model)
     runner.decoder = decoders[key]
     return runner
 
 
-__all__ = ["CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "StaticDecoder", "StepState", "cache_length",
+__all__ = ["BACKENDS", "CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "StaticDecoder", "StepState", "cache_length",
            "compiled_runner"]

@@ -81,10 +81,23 @@ def _attend(attn, x, kv, slot, bias, rope=None, write=True):
     # products the compiler fuses with the softmax. Query heads are grouped under their key/value head
     # (G = H / H_kv per group), so grouped-query attention reads the cache without copying it per head.
     N, H_kv, L, D = k_all.shape
-    q = q.reshape(N, H_kv, attn.n_heads // H_kv, D)  # (N, H_kv, G, D)
+    G = attn.n_heads // H_kv
+    q = q.reshape(N, H_kv, G, D)
+    if bias.shape[1] > 1:  # a per-head position bias (N|1, H, 1, L): heads grouped the same way
+        bias = bias.reshape(bias.shape[0], H_kv, G, L)
     scores = torch.matmul(q, k_all.transpose(-1, -2)) * attn.scale + bias.to(q.dtype)  # (N, H_kv, G, L)
     out = torch.matmul(scores.softmax(dim=-1), v_all)  # (N, H_kv, G, D)
     return attn._merge(out.reshape(N, attn.n_heads, 1, D))
+
+
+def _block_step(block, h, kv, slot, bias, rope, cross_kv, cross_bias):
+    """One Block (its residuals and norms, pre or post) on the one new token h (N, 1, d_model)."""
+    h, _ = block._residual(h, block.attn_norm, lambda x: (_attend(block.attn, x, kv, slot, bias, rope), None))
+    if block.cross_attn is not None:
+        h, _ = block._residual(h, block.cross_attn_norm,
+                               lambda x: (_attend(block.cross_attn, x, cross_kv, slot, cross_bias, write=False), None))
+    h, _ = block._residual(h, block.mlp_norm, lambda x: (block.mlp(x), None))
+    return h
 
 
 def static_step(model, stack, tokens, slot, positions, keep, self_kv, cross_kv=None, cross_bias=None):
@@ -104,12 +117,8 @@ def static_step(model, stack, tokens, slot, positions, keep, self_kv, cross_kv=N
         if window not in biases:
             bias = self_attention_bias(keep, slot, window, h.dtype)
             biases[window] = bias if position_bias is None else bias + position_bias.to(h.dtype)
-        h, _ = block._residual(h, block.attn_norm,
-                               lambda x: (_attend(block.attn, x, self_kv[i], slot, biases[window], rope), None))
-        if block.cross_attn is not None:
-            h, _ = block._residual(h, block.cross_attn_norm,
-                                   lambda x: (_attend(block.cross_attn, x, cross_kv[i], slot, cross_bias, write=False), None))
-        h, _ = block._residual(h, block.mlp_norm, lambda x: (block.mlp(x), None))
+        h = _block_step(block, h, self_kv[i], slot, biases[window], rope,
+                        cross_kv[i] if cross_kv is not None else None, cross_bias)
     if stack.final_norm is not None:
         h = stack.final_norm(h)
     return model.head(h)[:, -1]
