@@ -64,7 +64,7 @@ has_flags() {
     local help
     help=$("$PY" "$script" --help 2>&1) || return 1
     for flag in "$@"; do
-        grep -q -- "$flag\b" <<<"$help" || return 1
+        grep -qE -- "${flag}([ ,=]|\]|$)" <<<"$help" || return 1  # the whole flag: not --device-map
     done
 }
 
@@ -91,7 +91,7 @@ tail -n 1 "$WORK/tests.log"
 # 2. Training throughput: bf16 autocast + torch.compile, GPT-2 124M at T = 1024 (smoke: tiny, eager).
 TRAIN=bench/train_throughput.py
 if has_flags "$TRAIN" --device --model --json; then
-    if [ "$SMOKE" = 1 ]; then ARGS=(--device "$DEVICE" --seq 16 --batch 2 --steps 1 --rounds 1)
+    if [ "$SMOKE" = 1 ]; then ARGS=(--device "$DEVICE" --model char-small --seq 16 --batch 2 --steps 1 --rounds 1)
     else ARGS=(--device "$DEVICE" --model gpt2 --seq 1024 --bf16 --compile); fi
     has_flags "$TRAIN" --no-save && ARGS+=(--no-save)  # the record below holds the figures
     run_part train "$PY" "$TRAIN" "${ARGS[@]}" --json "$WORK/train.json"

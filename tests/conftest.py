@@ -7,8 +7,24 @@ DEVICE_ENV = "TFORMER_TEST_DEVICE"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--device", default=None,
-                     help=f"torch device for the device-generic tests (cpu, cuda, cuda:N); default ${DEVICE_ENV} or cpu")
+    parser.addoption("--device", default=None, help="torch device for the device-generic tests (cpu, cuda, "
+                                                    f"cuda:N); default ${DEVICE_ENV}, else cpu")
+
+
+def _device_name(config) -> str:
+    return config.getoption("--device") or os.environ.get(DEVICE_ENV) or "cpu"
+
+
+def pytest_configure(config):
+    # Checked once, before collection: a GPU asked for on a machine without one is a usage error,
+    # not hundreds of failing tests.
+    name = _device_name(config)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise pytest.UsageError(f"--device / ${DEVICE_ENV} {name!r} is not a torch device; use cpu, cuda or cuda:N")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--device / ${DEVICE_ENV} asks for {name}, but torch.cuda.is_available() is False")
 
 
 @pytest.fixture(autouse=True)
@@ -25,11 +41,8 @@ def device(request) -> torch.device:
     """Where the device-generic tests put their models and inputs: --device, else $TFORMER_TEST_DEVICE,
     else the CPU. The tests keep their fp32 tolerances on a GPU, so TF32 (a 10-bit mantissa in matmuls
     and convolutions) is switched off for the session."""
-    name = request.config.getoption("--device") or os.environ.get(DEVICE_ENV) or "cpu"
-    dev = torch.device(name)
+    dev = torch.device(_device_name(request.config))
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise pytest.UsageError(f"--device {name} asked for, but torch.cuda.is_available() is False")
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     return dev
