@@ -44,6 +44,8 @@ def table() -> str:
              "char-small train step |", "|---|---|---|---|---|"]
     for path in sorted(RESULTS.glob("*.json")):
         doc = json.loads(path.read_text())
+        if "gpu_check" in doc:  # a GPU record (bench/gpu_check.sh): `tformer report` lists those
+            continue
         m = doc["machine"]
         dates = sorted({doc[s]["date"] for s in ("decode_speed", "train_throughput") if s in doc})
         cpu = f"{m['cpu']}, {m['physical_cores']} cores ({' '.join(m['isa']) or 'baseline'}; {m['blas']}; " \

@@ -1,5 +1,30 @@
+import os
+
 import pytest
 import torch
+
+DEVICE_ENV = "TFORMER_TEST_DEVICE"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--device", default=None, help="torch device for the device-generic tests (cpu, cuda, "
+                                                    f"cuda:N); default ${DEVICE_ENV}, else cpu")
+
+
+def _device_name(config) -> str:
+    return config.getoption("--device") or os.environ.get(DEVICE_ENV) or "cpu"
+
+
+def pytest_configure(config):
+    # Checked once, before collection: a GPU asked for on a machine without one is a usage error,
+    # not hundreds of failing tests.
+    name = _device_name(config)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise pytest.UsageError(f"--device / ${DEVICE_ENV} {name!r} is not a torch device; use cpu, cuda or cuda:N")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--device / ${DEVICE_ENV} asks for {name}, but torch.cuda.is_available() is False")
 
 
 @pytest.fixture(autouse=True)
@@ -9,3 +34,15 @@ def _deterministic():
     # `tformer train` and `tformer profile` flush denormals for the whole process (right for a
     # command, which exits after); in-process tests must not pass that CPU state on to the next test.
     torch.set_flush_denormal(False)
+
+
+@pytest.fixture(scope="session")
+def device(request) -> torch.device:
+    """Where the device-generic tests put their models and inputs: --device, else $TFORMER_TEST_DEVICE,
+    else the CPU. The tests keep their fp32 tolerances on a GPU, so TF32 (a 10-bit mantissa in matmuls
+    and convolutions) is switched off for the session."""
+    dev = torch.device(_device_name(request.config))
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return dev

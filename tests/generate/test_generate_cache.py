@@ -33,15 +33,16 @@ def model_for(arch, position, **kw):
 
 
 def _states(model, static):
-    """(runner, cache with KV, cache without, prefill(cache) -> logits) for PROMPTS."""
+    """(runner, cache with KV, cache without, prefill(cache) -> logits) for PROMPTS, on the model's device."""
     runner = runner_for(model)
+    device = runner.device
     if runner.takes_source:
-        src, src_mask = pad_batch(PROMPTS, 0, "right")
-        start = torch.zeros(len(PROMPTS), 1, dtype=torch.long)
+        src, src_mask = pad_batch(PROMPTS, 0, "right", device)
+        start = torch.zeros(len(PROMPTS), 1, dtype=torch.long, device=device)
         prefix = 1
         prefill = lambda c: runner.prefill(c, start, source=src, source_mask=src_mask)
     else:
-        ids, mask = pad_batch(PROMPTS, 0, "left")
+        ids, mask = pad_batch(PROMPTS, 0, "left", device)
         prefix = ids.shape[1]
         prefill = lambda c: runner.prefill(c, ids, mask)
     cached = runner.new_cache(len(PROMPTS), prefix + STEPS if static else None)
@@ -51,8 +52,8 @@ def _states(model, static):
 @pytest.mark.parametrize("static", [False, True], ids=["growing", "static"])
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
-def test_cached_logits_equal_uncached_at_every_step(arch, position, static):
-    model = model_for(arch, position)
+def test_cached_logits_equal_uncached_at_every_step(arch, position, static, device):
+    model = model_for(arch, position).to(device)
     runner, cached, uncached, prefill = _states(model, static)
     with torch.no_grad():
         a, b = prefill(cached), prefill(uncached)
@@ -67,8 +68,8 @@ def test_cached_logits_equal_uncached_at_every_step(arch, position, static):
 
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
-def test_greedy_same_tokens_with_and_without_cache_and_static(arch, position):
-    model = model_for(arch, position)
+def test_greedy_same_tokens_with_and_without_cache_and_static(arch, position, device):
+    model = model_for(arch, position).to(device)
     growing = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], static_cache=False)
     none = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], use_cache=False)
     static = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], static_cache=True)

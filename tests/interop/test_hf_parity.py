@@ -9,6 +9,8 @@ that ``transformers`` loads with identical outputs.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -110,8 +112,8 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> float:
     return (a - b).abs()[keep].max().item()
 
 
-def compare(ours, ref, kind, padding, field="logits") -> float:
-    batch = inputs(kind, padding)
+def compare(ours, ref, kind, padding, field="logits", device="cpu") -> float:
+    batch = {k: v.to(device) for k, v in inputs(kind, padding).items()}
     with torch.no_grad():
         a = getattr(ours(**batch), field)
         b = getattr(ref(**batch), field)
@@ -142,10 +144,11 @@ def loaded(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name,padding", PARAMS, ids=[f"{n}-{p or 'nopad'}" for n, p in PARAMS])
-def test_logits_match_reference(loaded, name, padding):
-    ref, ours = loaded[name]
+def test_logits_match_reference(loaded, name, padding, device):
+    # Copies on the test device: the module-scoped pair stays on the CPU for the round-trip tests.
+    ref, ours = (copy.deepcopy(m).to(device) for m in loaded[name])
     assert not ours.training
-    diff = compare(ours, ref, CASES[name][2], padding)
+    diff = compare(ours, ref, CASES[name][2], padding, device=device)
     print(f"{name} padding={padding}: max|diff| = {diff:.2e}")
     assert diff <= TOL
 
@@ -172,7 +175,7 @@ VARIANTS = {
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_variants_match_reference(tmp_path, name):
+def test_variants_match_reference(tmp_path, name, device):
     make, kw, kind, body = VARIANTS[name]
     ref = reference(make, **kw)
     if body == "GPT2Model":  # save only the body; compare hidden states through the tied head
@@ -182,7 +185,7 @@ def test_variants_match_reference(tmp_path, name):
     else:
         ref.save_pretrained(tmp_path)
         ours = tformer.load_hf(tmp_path)
-    diff = compare(ours, ref, kind, "right")
+    diff = compare(ours.to(device), ref.to(device), kind, "right", device=device)
     print(f"{name}: max|diff| = {diff:.2e}")
     assert diff <= TOL
 

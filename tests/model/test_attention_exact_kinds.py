@@ -32,7 +32,7 @@ def _inputs(B, H, Hkv, tq, tk, D, seed=0, bias=False):
 
 def _run(fn, q, k, v, mask, seed=1, scale=0.3):
     out, _ = fn(q, k, v, mask, scale, 0.0)
-    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype).to(out.device)
     leaves = [t for t in (q, k, v, mask.position_bias) if t is not None]
     return out, torch.autograd.grad(out, leaves, grad)
 
@@ -83,10 +83,10 @@ def test_equals_sdpa_in_outputs_and_gradients(kind, case, block):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_fp32_within_1e5(kind):
+def test_fp32_within_1e5(kind, device):
     gen = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(2, 4, 50, 16, generator=gen).requires_grad_() for _ in range(3))
-    mask = build_mask(50, 50, causal=True)
+    q, k, v = (torch.randn(2, 4, 50, 16, generator=gen).to(device).requires_grad_() for _ in range(3))
+    mask = build_mask(50, 50, causal=True, device=device)
     want, want_grads = _run(sdpa, q, k, v, mask, scale=0.25)
     got, got_grads = _run(lambda *a: KINDS[kind](*a, block=16), q, k, v, mask, scale=0.25)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
@@ -200,17 +200,17 @@ def _model_grads(model, ids, extra):
 
 @pytest.mark.parametrize("arch", ["decoder", "encoder", "encoder-decoder"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_whole_model_logits_and_parameter_grads_equal_sdpa(arch, kind):
+def test_whole_model_logits_and_parameter_grads_equal_sdpa(arch, kind, device):
     torch.manual_seed(0)
     enc_dec = arch == "encoder-decoder"
     config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, vocab_size=50,
                          max_positions=64, attn_block=8, position="rope" if arch == "decoder" else "learned",
                          lm_head=True, decoder_start_token_id=0 if enc_dec else None)
-    model = build(config, dtype=DT).train()
-    ids = torch.randint(1, 50, (2, 21))
-    extra = {"attention_mask": (torch.arange(21)[None] >= torch.tensor([[0], [5]])).long()}
+    model = build(config, dtype=DT).train().to(device)
+    ids = torch.randint(1, 50, (2, 21)).to(device)
+    extra = {"attention_mask": (torch.arange(21)[None] >= torch.tensor([[0], [5]])).long().to(device)}
     if enc_dec:
-        extra["decoder_input_ids"] = torch.randint(1, 50, (2, 11))
+        extra["decoder_input_ids"] = torch.randint(1, 50, (2, 11)).to(device)
     with sdpa_kernel(SDPBackend.MATH):
         want_logits, want = _model_grads(model, ids, extra)
     other = with_attention(model, kind)

@@ -39,8 +39,8 @@ def _weights(out: Path) -> dict:
     return load_file(str(out / "model.safetensors"))
 
 
-def test_loss_falls_and_metrics_are_logged(tmp_path):
-    result = _run("--out", str(tmp_path), "--steps", "120", "--dropout", "0")
+def test_loss_falls_and_metrics_are_logged(tmp_path, device):
+    result = _run("--out", str(tmp_path), "--steps", "120", "--dropout", "0", "--device", str(device))
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert {"step", "train_loss", "lr", "tokens_per_s", "elapsed_s"} <= set(records[0])
@@ -86,10 +86,11 @@ def test_ddp_two_processes_match_one_process(tmp_path):
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
 
 
-def test_gradient_accumulation_matches_the_full_batch(tmp_path):
+def test_gradient_accumulation_matches_the_full_batch(tmp_path, device):
     full, accum = tmp_path / "full", tmp_path / "accum"
-    assert _run("--out", str(full), "--dropout", "0", "--steps", "6").returncode == 0
-    assert _run("--out", str(accum), "--dropout", "0", "--steps", "6", "--accum", "4").returncode == 0
+    on = ("--device", str(device))
+    assert _run("--out", str(full), "--dropout", "0", "--steps", "6", *on).returncode == 0
+    assert _run("--out", str(accum), "--dropout", "0", "--steps", "6", "--accum", "4", *on).returncode == 0
     assert _losses(full) == pytest.approx(_losses(accum), rel=1e-5)
 
 

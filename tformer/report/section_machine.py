@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tformer.core import fmt
 from tformer.machine import vs_theoretical
-from tformer.report import plots
+from tformer.report import gpu_records, plots
 from tformer.report.doc import Section
 
 CPU_FORMULA = "peak FLOP/s = cores x SIMD lanes (register bits / dtype bits) x 2 (an FMA is a multiply and an add) x FMA units x clock"
@@ -112,4 +112,5 @@ def build(ctx) -> Section:
         "bench_quick": ctx.bench.quick, "call_overhead_s": ctx.measured.call_overhead_s,
         "memory_bytes": ctx.measured.memory_bytes or ctx.specs.memory.total_bytes,
     }
+    gpu_records.add_to(sec, ctx.data["machine"])
     return sec

@@ -35,6 +35,7 @@ def main() -> None:
     p.add_argument("--kill-at", type=int, default=0)
     p.add_argument("--kill-in-save", type=int, default=0, help="SIGKILL halfway through writing this step's checkpoint")
     p.add_argument("--fsdp", action="store_true")
+    p.add_argument("--device", default="cpu", help="the test session's device (tests/conftest.py)")
     a = p.parse_args()
     torch.set_num_threads(1)
     distributed.init_from_env("cpu")
@@ -45,7 +46,7 @@ def main() -> None:
     model = build(config)
     args = TrainArgs(out=a.out, max_steps=a.steps, batch_size=8, grad_accum=a.accum, lr=3e-3, warmup=5,
                      eval_interval=5, eval_batches=2, log_interval=1, ckpt_interval=5, seed=7,
-                     fsdp=a.fsdp)
+                     fsdp=a.fsdp, device=a.device)
     trainer = Trainer(model, CausalLMSource(stream[:5000], stream[5000:], 16, seed=7), args, log=lambda s: None)
     if a.kill_at:
         real_save = trainer.save
