@@ -352,6 +352,16 @@ def main(argv=None) -> int:
                                            "weight_bytes": wbytes, "bound_s": bound, "step_over_bound": cached / bound})
         print(f"({name} took {time.perf_counter() - t0:.0f} s)")
 
+    first = next((r for r in results["decode"] if r["batch"] == 1 and r["cache"]), None)
+    if first is not None:  # one line for records' headlines (bench/gpu_record.py, the report's GPU table)
+        compiled_part = (f"compiled {first['compiled_tokens_per_s']:,.0f} tok/s "
+                         f"({first['compiled_over_read_roofline']:.0%} of the read roofline), "
+                         if first.get("compiled_tokens_per_s") else "")
+        results["summary"] = (f"{first['model']} decode at batch 1: {compiled_part}eager {first['ours_tokens_per_s']:,.0f}, "
+                              f"HF {first['hf_tokens_per_s']:,.0f}"
+                              + (f", HF static+compiled {first['hf_static_compiled_tokens_per_s']:,.0f}"
+                                 if first.get("hf_static_compiled_tokens_per_s") else "") + " tok/s")
+        print(results["summary"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

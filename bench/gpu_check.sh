@@ -103,8 +103,9 @@ fi
 DECODE=bench/decode_speed.py
 if has_flags "$DECODE" --device --compile --json; then
     if [ "$SMOKE" = 1 ]; then
-        ARGS=(--device "$DEVICE" --models char-small --batches 1 --prompt 4 --new 4 --contexts 32 --repeats 1)
-    else ARGS=(--device "$DEVICE" --compile --models gpt2 --batches 1,8); fi
+        ARGS=(--device "$DEVICE" --compile eager --models char-small --batches 1 --prompt 4 --new 4 --contexts 32 \
+              --repeats 1)
+    else ARGS=(--device "$DEVICE" --compile inductor --models gpt2 --batches 1,8); fi
     has_flags "$DECODE" --no-save && ARGS+=(--no-save)
     run_part decode "$PY" "$DECODE" "${ARGS[@]}" --json "$WORK/decode.json"
 else
