@@ -44,6 +44,9 @@ def test_compiled_decode_with_cuda_graphs_equals_eager(cuda_device):
     assert compiled.sequences == eager.sequences == again.sequences
     assert len({tuple(s) for s in eager.sequences}) > 1  # the rows really differ
     assert compiled.compile_seconds > 0 and compiled.decode_tokens_per_s > 0
+    # Beam search moves rows between buffer sets (batch rows, then batch x beams) kept at fixed addresses.
+    beams = dict(max_new_tokens=8, stop_tokens=[], num_beams=3)
+    assert generate(model, PROMPTS, compile=True, **beams).sequences == generate(model, PROMPTS, **beams).sequences
 
 
 def test_bf16_autocast_training_step_is_finite_and_learns(cuda_device):
