@@ -2,41 +2,13 @@
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from tformer.core.errors import TformerError
 from tformer.cost.formulas import noam, warmup_cosine
-
-SCRIPT = Path(__file__).parent / "helpers" / "tiny_train.py"
-
-
-def _run(*args, torchrun=0):
-    # The helper script runs from tests/train/helpers; it must import this checkout's tformer, whatever
-    # an installed copy points at.
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    if torchrun:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}",
-               str(SCRIPT), *args]
-    else:
-        cmd = [sys.executable, str(SCRIPT), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-
-
-def _losses(out: Path) -> list[float]:
-    return [json.loads(line)["train_loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def _weights(out: Path) -> dict:
-    return load_file(str(out / "model.safetensors"))
+from train_kit import losses as _losses, run as _run, weights as _weights
 
 
 def test_loss_falls_and_metrics_are_logged(tmp_path):
