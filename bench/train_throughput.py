@@ -38,6 +38,7 @@ import _results  # noqa: E402  (bench/_results.py: the machine header and bench/
 from tformer.core.atomic import atomic_write_text  # noqa: E402
 from tformer.core.config import preset  # noqa: E402
 from tformer.core.errors import TformerError  # noqa: E402
+from tformer.core.fmt import si  # noqa: E402
 from tformer.cost.ledger import Workload, ledger  # noqa: E402
 from tformer.machine import lookup, match_gpu_name, resolve_hardware  # noqa: E402
 from tformer.machine.spec_table import slug  # noqa: E402
@@ -200,9 +201,9 @@ def main(argv=None) -> int:
         rows.append(row)
     print(_results.table(headers, rows))
     for p in precisions:
-        spec = f"; spec sheet ({specs[p][0]}): {specs[p][1] / 1e12:.1f} TFLOP/s" if specs[p][1] else ""
+        spec = f"; spec sheet ({specs[p][0]}): {si(specs[p][1], 'FLOP/s')}" if specs[p][1] else ""
         print(f"  {p} matmul peak measured in this run (n = {', '.join(map(str, sizes))}): "
-              f"{peaks[p] / 1e9:,.0f} GFLOP/s{spec}")
+              f"{si(peaks[p], 'FLOP/s')}{spec}")
     ratios = {}
     for p in precisions:
         ratios[f"tformer / transformers, {p}"] = median[("transformers", p)] / median[("tformer", p)]
