@@ -44,6 +44,7 @@ from tformer.machine import lookup, match_gpu_name, resolve_hardware  # noqa: E4
 from tformer.machine.spec_table import slug  # noqa: E402
 from tformer.measure.bench import bench_matmul, torch_device  # noqa: E402
 from tformer.model import build  # noqa: E402
+from tformer.train.optim import make_optimizer  # noqa: E402
 
 
 def hf_model(config):
@@ -58,7 +59,8 @@ def hf_model(config):
 
 def timed_steps(model, ids, targets, steps: int, dtype=torch.float32) -> float:
     device = ids.device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
+    # tformer's AdamW for both (decay on matrices only, the fused kernel): what `tformer train` steps with
+    optimizer = make_optimizer(model, "adamw", 1e-4, weight_decay=0.1, betas=(0.9, 0.99))
 
     def step():
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):

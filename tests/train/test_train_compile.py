@@ -17,9 +17,9 @@ from train_kit import losses, run, weights
 
 TINY = ["--dropout", "0", "--d-model", "40", "--vocab", "61", "--accum", "2", "--sample-interval", "3",
         "--steps", "10"]
-# Inductor fuses and reorders float sums (the fused softmax, layer norm and the backward's reductions), so
-# compiled and eager differ by rounding that AdamW carries from step to step; measured here about 1e-6
-# relative over 10 steps. A real error (a missed op, a wrong scale, a stale graph) moves the loss by far more.
+# Inductor may fuse and reorder float sums (softmax, layer norm, the backward's reductions), so compiled and
+# eager can differ by rounding that AdamW carries from step to step (at these sizes they often agree to the
+# bit). A real error (a missed op, a wrong scale, a stale graph) moves the loss by far more than 1e-4.
 LOSS_RTOL = 1e-4
 
 
@@ -42,8 +42,8 @@ def test_compiled_training_matches_eager_and_resumes_exactly(tmp_path):
     straight = losses(compiled)
     assert len(straight) == 10
     assert straight == pytest.approx(losses(eager), rel=LOSS_RTOL)
-    assert straight != losses(eager)  # really compiled: inductor's kernels round differently
-    # Compiled once, at the first step: micro-batches, evaluation and sampling between steps reuse the graph.
+    # Really compiled, and only at the first step: micro-batches, evaluation and sampling between steps
+    # reuse what was compiled (a recompile would add frames at a later step).
     frames = json.loads(counts.read_text())
     assert len(frames) == 10 and frames[0] >= 1 and frames == [frames[0]] * 10, frames
 
@@ -67,7 +67,6 @@ def test_compiled_training_matches_eager_and_resumes_exactly(tmp_path):
     resumed = losses(in_eager)
     assert resumed[:5] == straight[:5]  # the log kept the compiled run's first five steps, no more
     assert resumed[5:] == pytest.approx(straight[5:], rel=LOSS_RTOL)
-    assert resumed[5:] != straight[5:]  # steps 6-10 really ran eager
     final = weights(in_eager)
     assert final.keys() == weights(compiled).keys()
     assert all(torch.allclose(final[k], weights(compiled)[k], rtol=1e-3, atol=1e-5) for k in final)
