@@ -127,3 +127,23 @@ def test_fsdp_run_killed_then_resumed_matches_one_process(tmp_path):
     assert _losses(one) == pytest.approx(_losses(two), rel=1e-5)
     a, b = _weights(one), _weights(two)
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_adam_steps_with_the_fused_kernel_and_old_checkpoints_keep_their_own():
+    from tformer.core.config import ModelConfig
+    from tformer.model import build
+    from tformer.train.optim import fused_supported, make_optimizer, parameter_groups
+
+    model = build(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32, vocab_size=32, max_positions=8))
+    for name in ("adamw", "adam"):
+        assert all(g["fused"] for g in make_optimizer(model, name, 1e-3).param_groups)
+    assert not make_optimizer(model, "sgd", 1e-3).defaults["fused"]  # SGD keeps torch's default path
+    assert not fused_supported([]) and not fused_supported([torch.zeros(2, dtype=torch.int64)])
+    # A checkpoint written before the fused kernel resumes on the path it was trained with (exact resume).
+    old = torch.optim.AdamW(parameter_groups(model, 0.1), lr=1e-3)  # torch's default path on a CPU
+    model(torch.zeros(1, 4, dtype=torch.long)).logits.sum().backward()
+    old.step()
+    new = make_optimizer(model, "adamw", 1e-3)
+    new.load_state_dict(old.state_dict())
+    assert not any(g["fused"] for g in new.param_groups)
+
