@@ -10,6 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
+
+from tformer.core.errors import TformerError
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -70,6 +73,63 @@ def test_train_throughput_runs_and_reports_ratio_and_ceiling(capsys):
     for _, gemm, attention, rest, step, _ratio in rows:  # the three parts add up to the step (rounded to ms)
         assert abs(int(gemm) + int(attention) + int(rest) - int(step)) <= 2
     assert re.search(r"ceiling over transformers with every other op free: [\d.]+x", out)
+
+
+TINY_TRAIN = ["--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ff=64", "--batch", "2",
+              "--seq", "16", "--steps", "1", "--rounds", "1", "--matmul-n", "64", "--no-save"]
+
+
+def _train_record(train, args, out_json):
+    assert train.main([*TINY_TRAIN, *args, "--json", str(out_json)]) == 0
+    import json
+
+    return json.loads(out_json.read_text())
+
+
+def test_train_throughput_prints_mfu_against_a_peak_measured_in_the_run(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    train = load("train_throughput")
+    record = _train_record(train, ["--bf16"], tmp_path / "train.json")
+    out = capsys.readouterr().out
+    assert re.search(r"^model\s+precision\s+ms/step\s+tokens/s\s+spread ms\s+MFU measured$", out, re.M)
+    for who in ("tformer", "transformers"):
+        for p in ("fp32", "bf16 autocast"):
+            assert re.search(rf"^{who}\s+{p}\s+[\d.]+\s+[\d,]+\s+[\d.]+-[\d.]+\s+[\d.]+%$", out, re.M), (who, p)
+    assert re.search(r"^  bf16 autocast matmul peak measured in this run \(n = 64\): [\d.]+ [kMGT]?FLOP/s$", out, re.M)
+    assert record["seq"] == 16 and record["batch"] == 2 and record["device"] == "cpu"
+    assert set(record["tokens_per_s"]) == {f"{w} {p}" for w in ("tformer", "transformers")
+                                            for p in ("fp32", "bf16 autocast")}
+    assert all(v > 0 for v in record["mfu_measured"].values()) and record["matmul_peak_measured"]["fp32"] > 0
+    # MFU is the ledger's matmul FLOPs over the step time, against the peak measured in the run
+    t = record["step_s"]["tformer fp32"]
+    assert record["mfu_measured"]["tformer fp32"] == pytest.approx(
+        record["matmul_flops"] / t / record["matmul_peak_measured"]["fp32"])
+    assert record["mfu_spec"] == {}  # a CPU has no spec-sheet row to set it against
+
+
+def test_train_throughput_on_cuda_or_a_clear_error(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    train = load("train_throughput")
+    if not torch.cuda.is_available():
+        with pytest.raises(TformerError, match="CUDA"):
+            train.main([*TINY_TRAIN, "--device", "cuda"])
+        return
+    record = _train_record(train, ["--device", "cuda", "--bf16"], tmp_path / "gpu.json")
+    assert record["device"].startswith("cuda") and record["device_name"]
+    assert "MFU spec" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_train_throughput_times_eager_and_compiled_in_one_run(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    train = load("train_throughput")
+    record = _train_record(train, ["--compile"], tmp_path / "train.json")
+    out = capsys.readouterr().out
+    for who in ("tformer", "transformers"):
+        assert re.search(rf"^{who} compiled\s+fp32\s+[\d.]+\s+[\d,]+\s+", out, re.M)
+        assert re.search(rf"ratio {who} compiled / eager tokens/s, fp32: [\d.]+x", out)
+        assert record["compile_s"][who] > 0 and record["tokens_per_s"][f"{who} compiled fp32"] > 0
+    assert re.search(r"ratio tformer compiled / transformers compiled tokens/s, fp32: [\d.]+x", out)
 
 
 def test_cli_latency_times_count_beside_its_peers(capsys):

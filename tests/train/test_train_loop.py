@@ -2,41 +2,13 @@
 
 import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from tformer.core.errors import TformerError
 from tformer.cost.formulas import noam, warmup_cosine
-
-SCRIPT = Path(__file__).parent / "helpers" / "tiny_train.py"
-
-
-def _run(*args, torchrun=0):
-    # The helper script runs from tests/train/helpers; it must import this checkout's tformer, whatever
-    # an installed copy points at.
-    root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    if torchrun:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}",
-               str(SCRIPT), *args]
-    else:
-        cmd = [sys.executable, str(SCRIPT), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-
-
-def _losses(out: Path) -> list[float]:
-    return [json.loads(line)["train_loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def _weights(out: Path) -> dict:
-    return load_file(str(out / "model.safetensors"))
+from train_kit import losses as _losses, run as _run, weights as _weights
 
 
 def test_loss_falls_and_metrics_are_logged(tmp_path, device):
@@ -156,3 +128,23 @@ def test_fsdp_run_killed_then_resumed_matches_one_process(tmp_path):
     assert _losses(one) == pytest.approx(_losses(two), rel=1e-5)
     a, b = _weights(one), _weights(two)
     assert all(torch.allclose(a[k], b[k], atol=1e-5) for k in a)
+
+
+def test_adam_steps_with_the_fused_kernel_and_old_checkpoints_keep_their_own():
+    from tformer.core.config import ModelConfig
+    from tformer.model import build
+    from tformer.train.optim import fused_supported, make_optimizer, parameter_groups
+
+    model = build(ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32, vocab_size=32, max_positions=8))
+    for name in ("adamw", "adam"):
+        assert all(g["fused"] for g in make_optimizer(model, name, 1e-3).param_groups)
+    assert not make_optimizer(model, "sgd", 1e-3).defaults["fused"]  # SGD keeps torch's default path
+    assert not fused_supported([]) and not fused_supported([torch.zeros(2, dtype=torch.int64)])
+    # A checkpoint written before the fused kernel resumes on the path it was trained with (exact resume).
+    old = torch.optim.AdamW(parameter_groups(model, 0.1), lr=1e-3)  # torch's default path on a CPU
+    model(torch.zeros(1, 4, dtype=torch.long)).logits.sum().backward()
+    old.step()
+    new = make_optimizer(model, "adamw", 1e-3)
+    new.load_state_dict(old.state_dict())
+    assert not any(g["fused"] for g in new.param_groups)
+

@@ -13,8 +13,6 @@ is set to zero afterwards, so no NaN ever appears, even in the backward pass.
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import torch
 
 
@@ -87,9 +85,17 @@ class AttentionMask:
             out = pad if out is None else out & pad
         return out
 
-    @cached_property
+    @property
     def _dense(self):
-        """(bias (B|1, H|1, Tq, Tk) or None, dead rows (B|1, 1, Tq, 1) or None), built once."""
+        """(bias (B|1, H|1, Tq, Tk) or None, dead rows (B|1, 1, Tq, 1) or None), built on first use and kept.
+        A plain dict entry rather than functools.cached_property, whose lock torch.compile cannot trace (it
+        would break a compiled model's graph in every block)."""
+        found = self.__dict__.get("_dense_cache")
+        if found is None:
+            found = self.__dict__["_dense_cache"] = self._build_dense()
+        return found
+
+    def _build_dense(self):
         if self.position_bias is None and self.keep is None and (not self.causal or not self.hides_future
                                                                  or self.trivially_causal):
             return None, None
@@ -113,7 +119,7 @@ class AttentionMask:
         nothing is hidden (or the mask is plain causal: see ``is_causal``)."""
         return self._dense[0]
 
-    @cached_property
+    @property
     def dead_rows(self) -> torch.Tensor | None:
         """(B|1, 1, Tq, 1) True where a query may attend to no key; None when there is none."""
         # Causality alone always leaves a query its own key (or an earlier one): only padding kills a row.
