@@ -23,9 +23,13 @@ def _decode_cell(r: dict | None) -> str:
         return "-"
     roof = r.get("read_roofline_tokens_per_s")
     share = f", {r['ours_tokens_per_s'] / roof:.0%} of roofline" if roof else ""
+    compiled = ""
+    if r.get("compiled_tokens_per_s"):  # records from before compiled decoding have none
+        compiled = (f"; compiled {r['compiled_tokens_per_s']:.1f} tok/s, {r['compiled_tokens_per_s'] / roof:.0%} of "
+                    f"roofline (HF static cache + compile {r.get('hf_static_compiled_tokens_per_s') or 0:.1f})")
     return (f"{r['ours_tokens_per_s']:.1f} tok/s (plain {r['plain_tokens_per_s']:.1f}, split "
             f"{r['split_tokens_per_s']:.1f}, HF {r['hf_tokens_per_s']:.1f}): **{r['ratio']:.2f}x HF**, "
-            f"{r['default_over_best_own']:.2f}x best own{share}")
+            f"{r['default_over_best_own']:.2f}x best own{share}{compiled}")
 
 
 def _train_cell(doc: dict) -> str:
