@@ -233,6 +233,14 @@ def main(argv=None) -> int:
               "mfu_spec": {f"{who} {p}": flops / t / specs[p][1] for (who, p), t in median.items() if specs[p][1]},
               "matmul_peak_measured": peaks, "spec_peak": {p: s for p, (_, s) in specs.items() if s},
               "ratios": ratios}
+    # One line for records' headlines (bench/gpu_record.py, the report's GPU table): the fastest tformer row.
+    best = max((k for k in record["tokens_per_s"] if k.startswith("tformer")), key=record["tokens_per_s"].get)
+    spec = record["mfu_spec"].get(best)
+    record["summary"] = (f"{config.name} T={args.seq}, {best}: {record['tokens_per_s'][best]:,.0f} tok/s, MFU "
+                         f"{record['mfu_measured'][best]:.0%} of the measured matmul peak"
+                         + (f", {spec:.0%} of the spec peak" if spec else "") + "; "
+                         + ", ".join(f"{k} {v:.2f}x" for k, v in record["ratios"].items()))
+    print(record["summary"])
     if args.json:
         atomic_write_text(args.json, json.dumps(record, indent=1) + "\n")
     if not args.no_save:

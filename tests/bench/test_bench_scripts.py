@@ -105,6 +105,7 @@ def test_train_throughput_prints_mfu_against_a_peak_measured_in_the_run(capsys, 
     assert record["mfu_measured"]["tformer fp32"] == pytest.approx(
         record["matmul_flops"] / t / record["matmul_peak_measured"]["fp32"])
     assert record["mfu_spec"] == {}  # a CPU has no spec-sheet row to set it against
+    assert record["summary"].startswith("char-small T=16, tformer ") and "of the measured matmul peak" in record["summary"]
 
 
 def test_train_throughput_on_cuda_or_a_clear_error(capsys, tmp_path):

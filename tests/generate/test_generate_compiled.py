@@ -83,6 +83,14 @@ def test_generate_with_compile_gives_the_same_tokens(settings):
     assert again.sequences == generate(model, [[7, 3]], max_new_tokens=5, stop_tokens=[]).sequences
 
 
+def test_a_model_moved_to_another_dtype_gets_a_decoder_of_that_dtype():
+    model = model_for(position="rope")
+    generate(model, [[1, 2, 3]], max_new_tokens=3, compile="eager")
+    model.double()
+    out = generate(model, [[1, 2, 3]], max_new_tokens=3, stop_tokens=[], compile="eager")
+    assert out.sequences == generate(model, [[1, 2, 3]], max_new_tokens=3, stop_tokens=[]).sequences
+
+
 def test_rewind_then_step_equals_eager():
     model = model_for(position="rope")
     eager, compiled = runner_for(model), compiled_runner(model, backend="eager")

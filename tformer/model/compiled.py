@@ -246,7 +246,8 @@ def compiled_runner(model: TransformerModel, mode: str | None = None, backend: s
     check_static_step(model.config)
     decoders = model.__dict__.setdefault("_static_decoders", {})  # a plain attribute: not in the state dict
     key = (mode, backend)
-    if decoders.get(key) is None:
+    found, param = decoders.get(key), next(model.parameters())
+    if found is None or (found.device, found.dtype) != (param.device, param.dtype):  # new, or the model moved
         decoders[key] = StaticDecoder(model, mode, backend)
     cls = CompiledEncoderDecoderRunner if base.takes_source else CompiledDecoderRunner
     runner = cls(model)
