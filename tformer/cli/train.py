@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
     src.add_argument("--config", help="a tformer or Hugging Face config JSON")
     src.add_argument("--hf", help="fine-tune from a Hugging Face-format checkpoint directory")
     src.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    src.add_argument("--objective", help="causal | mlm | seq2seq | span-corruption | denoise | prefix-lm "
+                                         "(default: the architecture's own)")
     data = p.add_argument_group("data")
     data.add_argument("--data",
                       help="shakespeare (default) | wikitext2 | tatoeba-en-es | copy | reverse | a text file or folder")
@@ -124,7 +126,8 @@ def _defaults() -> dict:
     from tformer.train.loop import TrainArgs
 
     train = {k: v for k, v in asdict(TrainArgs()).items() if k != "out"}
-    return {"preset": None, "config": None, "hf": None, "set": [], "data": "shakespeare", "tokenizer": "char",
+    return {"preset": None, "config": None, "hf": None, "set": [], "objective": None, "data": "shakespeare",
+            "tokenizer": "char",
             "vocab_size": None, "seq_len": None, "max_pairs": None, "no_progress": False, **train}
 
 
@@ -150,7 +153,8 @@ def _train(args, out: Path, world, log, progress) -> int:
         find_checkpoint(out)
     elif (out / "checkpoint").exists():
         raise TformerError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
-    run_ = build_run(args.data, config, seq_len, args.seed, args.tokenizer, args.vocab_size, args.hf, args.max_pairs)
+    run_ = build_run(args.data, config, seq_len, args.seed, args.tokenizer, args.vocab_size, args.hf, args.max_pairs,
+                     args.objective)
     flops, peak = _flops_and_peak(run_.model.config, seq_len, run_.source.tokens_per_row, args, device, log)
     trainer = Trainer(run_.model, run_.source, targs, flops_per_step=flops, peak_flops=peak,
                       sampler=_sampler(run_) if run_.objective == "causal" else None, log=log, progress=progress)

@@ -109,8 +109,10 @@ class Stack(nn.Module):
         memory_mask: torch.Tensor | None = None,
         cache=None,
         need_weights: bool = False,
+        prefix_length: torch.Tensor | None = None,
     ):
         """h: (B, T, d_model) token embeddings. attention_mask: (B, past + T), 1 = real token.
+        prefix_length: (B,) a prefix LM's prefix per row, attended bidirectionally (causal stacks only).
 
         Returns (hidden (B, T, d_model), self-attention weights per layer, cross-attention weights per layer).
         """
@@ -135,7 +137,8 @@ class Stack(nn.Module):
             k_pos = torch.arange(k_start, total, device=h.device)
             score_bias = self.score_bias(k_pos[past - k_start:], k_pos)
         self_mask = build_mask(T, total - k_start, causal=self.causal, key_padding=attention_mask,
-                               position_bias=score_bias, k_start=k_start, dtype=h.dtype, device=h.device)
+                               position_bias=score_bias, k_start=k_start, dtype=h.dtype, device=h.device,
+                               prefix=prefix_length)
         cross_mask = None
         if memory is not None:
             cross_mask = build_mask(T, memory.shape[1], causal=False, key_padding=memory_mask,

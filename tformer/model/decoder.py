@@ -42,10 +42,12 @@ class DecoderLM(TransformerModel):
         labels: torch.Tensor | None = None,  # (B, T); shifted inside, -100 = ignore
         output_attentions: bool = False,
         logits_to_keep: int = 0,  # > 0: logits for the last n positions only (generation); 0 = all
+        prefix_length: torch.Tensor | None = None,  # (B,) prefix LM: each row's first n tokens see each other
     ) -> ModelOutput:
         cache = past_key_values if past_key_values is not None else (self.new_cache() if use_cache else None)
         h = self.embed(input_ids)
-        h, attentions, _ = self.decoder(h, attention_mask, position_ids, cache=cache, need_weights=output_attentions)
+        h, attentions, _ = self.decoder(h, attention_mask, position_ids, cache=cache, need_weights=output_attentions,
+                                        prefix_length=prefix_length)
         # Generation needs only the last position's logits; the head over a long prompt would
         # otherwise cost T x d_model x vocab multiply-adds for numbers that are thrown away.
         logits = self.head(h[:, -logits_to_keep:] if logits_to_keep else h)

@@ -35,12 +35,16 @@ class AttentionMask:
     from the start of the sequence; a rolling KV cache that dropped old keys has k_start > 0).
     causal: a key after its query is hidden. keep: (B, Tk) bool, False = padding, or None.
     position_bias: (1|B, H|1, Tq, Tk) added to the scores, or None.
+    prefix: (B,) long, or None: a prefix LM's causal mask, where each row's first ``prefix`` positions
+    are seen by every query (bidirectional over the prefix, causal after it): allowed(i, j) iff
+    j < prefix or j <= i.
     """
 
     def __init__(self, tq: int, tk: int, *, causal: bool, keep: torch.Tensor | None = None,
                  position_bias: torch.Tensor | None = None, q_start: int | None = None, k_start: int = 0,
-                 dtype: torch.dtype = torch.float32, device=None):
+                 dtype: torch.dtype = torch.float32, device=None, prefix: torch.Tensor | None = None):
         self.tq, self.tk, self.causal = tq, tk, causal
+        self.prefix = prefix if causal else None  # a bidirectional mask already sees the whole prefix
         self.keep, self.position_bias = keep, position_bias
         self.k_start = k_start
         self.q_start = k_start + tk - tq if q_start is None else q_start
@@ -49,7 +53,7 @@ class AttentionMask:
     @property
     def trivially_causal(self) -> bool:
         """Plain causal over a square block whose queries are its keys: SDPA's is_causal applies."""
-        return self.causal and self.tq == self.tk and self.q_start == self.k_start
+        return self.causal and self.prefix is None and self.tq == self.tk and self.q_start == self.k_start
 
     @property
     def hides_future(self) -> bool:
@@ -80,6 +84,9 @@ class AttentionMask:
             qp = q_pos.reshape(*q_pos.shape, *([1] * nk))
             kp = (k_idx + self.k_start).reshape(*([1] * nq), *k_idx.shape)
             out = (kp <= qp)[None, None]
+            if self.prefix is not None:
+                seen = self.prefix.reshape(-1, 1, *([1] * (nq + nk)))
+                out = out | (kp[None, None] < seen)
         if self.keep is not None:
             pad = self.keep.bool()[:, k_idx].reshape(self.keep.shape[0], 1, *([1] * nq), *k_idx.shape)
             out = pad if out is None else out & pad
@@ -137,12 +144,14 @@ def build_mask(
     k_start: int = 0,
     dtype: torch.dtype = torch.float32,
     device=None,
+    prefix: torch.Tensor | None = None,
 ) -> AttentionMask:
-    """key_padding: (B, Tk), 1 = real token. Queries default to the last tq of the tk key positions."""
+    """key_padding: (B, Tk), 1 = real token. Queries default to the last tq of the tk key positions.
+    prefix: (B,) a prefix LM's bidirectional prefix per row (see AttentionMask)."""
     if key_padding is not None and key_padding.shape[-1] != tk:
         raise ValueError(f"attention mask covers {key_padding.shape[-1]} keys but there are {tk}")
     keep = None
     if key_padding is not None and not bool(key_padding.all()):  # nothing padded: keep the fast paths open
         keep = key_padding.bool()
     return AttentionMask(tq, tk, causal=causal, keep=keep, position_bias=position_bias, q_start=q_start,
-                         k_start=k_start, dtype=dtype, device=device)
+                         k_start=k_start, dtype=dtype, device=device, prefix=prefix)

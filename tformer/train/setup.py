@@ -25,6 +25,7 @@ from tformer.data.weights import checkpoint_dir
 from tformer.interop.config import load_config
 from tformer.interop.hf import load_hf
 from tformer.model import build
+from tformer.train.objectives import TEXT_OBJECTIVES, resolve_objective, text_objective
 from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
 
 SYNTHETIC = ("copy", "reverse")
@@ -58,9 +59,14 @@ def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | 
 
 
 def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer: str = "char",
-              vocab_size: int | None = None, hf_dir: str | None = None, max_pairs: int | None = None) -> Run:
-    """Prepare the data, size the model's vocabulary to the tokenizer, and build the model."""
-    objective = config.traits.objective
+              vocab_size: int | None = None, hf_dir: str | None = None, max_pairs: int | None = None,
+              objective: str | None = None) -> Run:
+    """Prepare the data, size the model's vocabulary to the tokenizer, and build the model.
+    objective: a name in tformer.train.objectives.OBJECTIVES; None = the architecture's own."""
+    objective = resolve_objective(objective, config)
+    if hf_dir and objective in TEXT_OBJECTIVES:
+        raise TformerError(f"--objective {objective} trains from scratch here (it adds ids to the vocabulary); "
+                           "drop --hf and give --preset or --config")
     if seq_len > config.max_positions and config.position in ("learned", "sinusoidal"):
         raise TformerError(f"--seq-len {seq_len} is longer than the model's context of {config.max_positions} "
                            "positions; lower --seq-len or --set max_positions=N")
@@ -94,6 +100,8 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
                 raise TformerError("masked-LM training needs a tokenizer with a [MASK] token: "
                                    "use --tokenizer bpe or a BERT checkpoint's WordPiece (--hf DIR)")
             source = MaskedLMSource(train_ids, val_ids, seq_len, seed, mask_fn)
+        elif objective in TEXT_OBJECTIVES:
+            config, source = text_objective(objective, tok, train_ids, val_ids, seq_len, seed, config)
         else:
             source = CausalLMSource(train_ids, val_ids, seq_len, seed)
     torch.manual_seed(seed)

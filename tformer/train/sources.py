@@ -12,6 +12,7 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.data.seq2seq import collate
+from tformer.model.base import IGNORE_INDEX
 from tformer.model.runners import Batch  # what a runner's loss reads: model inputs + targets
 
 EVAL_SEED = 1234567  # fixed: every evaluation sees the same validation batches
@@ -86,10 +87,7 @@ class Seq2SeqSource(_Sampled):
         self.tokens_per_row = int(np.mean([len(t) + 1 for _, t in self.train[:1000]]))
 
     def _collate(self, pairs) -> Batch:
-        b = collate([s for s, _ in pairs], [t for _, t in pairs], self.pad_id, self.bos_id, self.eos_id)
-        inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask,
-                  "decoder_input_ids": b.decoder_input_ids, "decoder_attention_mask": b.decoder_attention_mask}
-        return Batch(inputs, b.labels)
+        return seq2seq_batch(pairs, self.pad_id, self.bos_id, self.eos_id)
 
     def next_batch(self, rows: int) -> Batch:
         idx = torch.randint(0, len(self.train), (rows,), generator=self.generator).tolist()
@@ -98,3 +96,46 @@ class Seq2SeqSource(_Sampled):
     def eval_batches(self, n: int, rows: int):
         for k in range(n):
             yield self._collate([self.val[(k * rows + i) % len(self.val)] for i in range(rows)])
+
+
+def seq2seq_batch(pairs, pad_id: int, bos_id: int, eos_id: int) -> Batch:
+    """(source, target) id lists -> one padded teacher-forcing batch (tformer.data.seq2seq.collate)."""
+    b = collate([s for s, _ in pairs], [t for _, t in pairs], pad_id, bos_id, eos_id)
+    inputs = {"input_ids": b.input_ids, "attention_mask": b.attention_mask,
+              "decoder_input_ids": b.decoder_input_ids, "decoder_attention_mask": b.decoder_attention_mask}
+    return Batch(inputs, b.labels)
+
+
+class PrefixLMSource(CausalLMSource):
+    """Causal windows, each with a prefix of p tokens (p uniform in 1..T-1, per row) that the decoder reads
+    bidirectionally (the batch's ``prefix_length``, (B,)); only the tokens after the prefix are scored:
+    position i predicts token i+1, so targets before position p-1 are ignored."""
+
+    def __init__(self, train_ids, val_ids, seq_len: int, seed: int):
+        if seq_len < 2:
+            raise TformerError("prefix-lm needs --seq-len of at least 2 (a prefix and a token after it)")
+        super().__init__(train_ids, val_ids, seq_len, seed)
+
+    def _windows(self, ids, rows, generator):
+        plain = super()._windows(ids, rows, generator)
+        prefix = torch.randint(1, self.seq_len, (rows,), generator=generator)
+        before = torch.arange(self.seq_len)[None, :] < prefix[:, None] - 1
+        return Batch({"input_ids": plain.inputs["input_ids"], "prefix_length": prefix},
+                     plain.targets.masked_fill(before, IGNORE_INDEX))
+
+
+class CorruptedTextSource(CausalLMSource):
+    """Windows of a token stream turned into (source, target) pairs for an encoder-decoder by
+    ``corrupt(row (T,), generator) -> (source ids, target ids)`` (span corruption, denoising), then
+    padded as translation pairs are: the encoder reads source + [EOS], the decoder [BOS] + target."""
+
+    def __init__(self, train_ids, val_ids, seq_len: int, seed: int, corrupt, pad_id: int, bos_id: int, eos_id: int,
+                 target_len: int):
+        super().__init__(train_ids, val_ids, seq_len, seed)
+        self.corrupt, self.pad_id, self.bos_id, self.eos_id = corrupt, pad_id, bos_id, eos_id
+        self.tokens_per_row = target_len + 1  # decoder tokens per row: the target and its EOS
+
+    def _windows(self, ids, rows, generator):
+        plain = super()._windows(ids, rows, generator).inputs["input_ids"]
+        pairs = [tuple(t.tolist() for t in self.corrupt(row, generator)) for row in plain]
+        return seq2seq_batch(pairs, self.pad_id, self.bos_id, self.eos_id)
