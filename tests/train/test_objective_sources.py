@@ -5,9 +5,11 @@ import numpy as np
 import torch
 
 from tformer.core.config import ModelConfig
+from tformer.data.mlm import mask_tokens
 from tformer.data.objectives import span_uncorrupt
 from tformer.model.base import IGNORE_INDEX
 from tformer.train.objectives import text_objective
+from tformer.train.sources import MaskedLMSource
 
 IDS = np.arange(5000) % 50
 
@@ -42,3 +44,20 @@ def test_span_corruption_batches_give_back_the_text_and_repeat_on_a_seed():
     _, again = text_objective("span-corruption", _Tok(), IDS, IDS, 33, 0,
                               ModelConfig(arch="encoder-decoder", n_decoder_layers=1))
     assert torch.equal(again.next_batch(8).inputs["input_ids"], batch.inputs["input_ids"])
+
+
+def test_mlm_masks_dynamically_a_new_mask_each_time_the_same_text_is_seen():
+    """RoBERTa's dynamic masking: MaskedLMSource masks each window when it is drawn, from the sampler's
+    generator, so the same text seen again (the next epoch) gets a new mask, and a seed repeats them all."""
+    same_text = np.full(4000, 7)  # every window holds the same text, so two draws are two epochs of it
+
+    def source():
+        return MaskedLMSource(same_text, same_text, 64, 3,
+                              lambda ids, g: mask_tokens(ids, 1, 50, g))
+
+    first, second = source(), source()
+    epochs = [first.next_batch(16) for _ in range(2)]
+    assert not torch.equal(epochs[0].targets != IGNORE_INDEX, epochs[1].targets != IGNORE_INDEX)
+    again = [second.next_batch(16) for _ in range(2)]
+    for a, b in zip(epochs, again):
+        assert torch.equal(a.inputs["input_ids"], b.inputs["input_ids"]) and torch.equal(a.targets, b.targets)
