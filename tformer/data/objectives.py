@@ -57,8 +57,8 @@ def noise_spans(length: int, generator: torch.Generator, noise_density: float = 
     return out
 
 
-def span_corrupt(ids: torch.Tensor, sentinel_top: int, generator: torch.Generator,
-                 noise_density: float = NOISE_DENSITY, mean_span: float = MEAN_SPAN) -> tuple[torch.Tensor, torch.Tensor]:
+def span_corrupt(ids: torch.Tensor, sentinel_top: int, generator: torch.Generator, noise_density: float = NOISE_DENSITY,
+                 mean_span: float = MEAN_SPAN) -> tuple[torch.Tensor, torch.Tensor]:
     """(input, target) of one row (1-D): input = ids with span k replaced by sentinel ``sentinel_top - k``;
     target = sentinel 0, span 0, sentinel 1, span 1, ..."""
     spans = noise_spans(len(ids), generator, noise_density, mean_span)
