@@ -239,7 +239,7 @@ class ModelConfig:
                                    f"models; use {MAX_LAYERS} or fewer")
         if self.embed_dim is not None:
             _whole("embed_dim", self.embed_dim, low=1)
-        if self.pair_head and not self.pooler:
+        if self.pair_head and not self.pooler and "pair_head" in self.traits.fields:
             raise TformerError("pair_head classifies the pooler's output; set pooler=true (or pair_head=false)")
         if self.share_layers and isinstance(self.attn_dilation, list):
             raise TformerError("share_layers runs one layer at every depth, so it takes one attn_dilation, not a list")
@@ -491,11 +491,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                          pad_token_id=1, bos_token_id=0, eos_token_id=2),
     # DistilBertForMaskedLM: BERT's sizes, half the layers, no segments, no pooler
     "distilbert-base": dict(_BERT_LIKE, n_layers=6, d_model=768, n_heads=12, d_ff=3072, lm_head=True),
-    # ALBERT's pretraining layout (AlbertForPreTraining): E = 128, one layer shared by all 12, MLM + SOP heads
+    # AlbertForMaskedLM: E = 128, one layer shared by all 12 (pretraining adds pooler=true, pair_head=true: SOP)
     "albert-base": dict(_BERT_LIKE, n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=30000,
-                        embed_dim=128, share_layers=True, type_vocab_size=2, pooler=True, lm_head=True,
-                        pair_head=True, activation="gelu_tanh", dropout=0.0, attention_dropout=0.0,
-                        bos_token_id=2, eos_token_id=3),
+                        embed_dim=128, share_layers=True, type_vocab_size=2, lm_head=True,
+                        activation="gelu_tanh", dropout=0.0, attention_dropout=0.0, bos_token_id=2, eos_token_id=3),
     "t5-small": dict(_T5, n_layers=6, n_decoder_layers=6, d_model=512, n_heads=8, d_ff=2048),
     "t5-base": dict(_T5, n_layers=12, n_decoder_layers=12, d_model=768, n_heads=12, d_ff=3072),
     "bart-base": dict(arch="encoder-decoder", n_layers=6, n_decoder_layers=6, d_model=768, n_heads=12, d_ff=3072,

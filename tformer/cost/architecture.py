@@ -220,7 +220,7 @@ class Architecture:
         They run forward, get no gradient and no optimizer state."""
         if self.pooler is None or self.mlm_head is None:
             return ()
-        return (self.pooler.path.split(".")[0] + ".",) + (("pair_head.",) if self.pair_head is not None else ())
+        return (self.pooler.path.split(".")[0] + ".",) + ((self.pair_head.path,) if self.pair_head is not None else ())
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
         """Every parameter once (a tied weight under its first owner), in the model's registration order."""
