@@ -23,8 +23,8 @@ def _matmul_flops(config, seq=SEQ) -> int:
 
 @pytest.mark.parametrize("share", [True, False])
 def test_tiny_albert_params_and_flops_equal_torch(share):
-    config = preset("albert-base", pooler=True, pair_head=True, n_layers=3, d_model=36, n_heads=4, d_ff=44, vocab_size=97, max_positions=24,
-                    embed_dim=14, share_layers=share)
+    config = preset("albert-base", pooler=True, pair_head=True, n_layers=3, d_model=36, n_heads=4, d_ff=44,
+                    vocab_size=97, max_positions=24, embed_dim=14, share_layers=share)
     torch.manual_seed(0)
     model = build(config).eval()
     assert ledger(config, Workload(seq=8)).params["total"] == sum(p.numel() for p in model.parameters())

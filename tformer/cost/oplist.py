@@ -93,7 +93,8 @@ class OpListBuilder:
         return self.add(Op(
             name=spec.path, kind="norm", layer=layer, phase="forward", stack=stack, shapes=f"[{rows}, {d}] {kind}",
             other_flops=O.norm_flops(rows * d, kind), bytes_read=rows * d * a + O.norm_params(d, kind) * self.wb,
-            bytes_written=rows * d * a, params=self.own(spec.path, O.norm_params(d, kind)), weight_bytes=O.norm_params(d, kind) * self.wb,
+            bytes_written=rows * d * a, params=self.own(spec.path, O.norm_params(d, kind)),
+            weight_bytes=O.norm_params(d, kind) * self.wb,
             saved_bytes=rows * d * a,  # the input (Korthikanti et al. 2022 convention)
         ))
 

@@ -292,7 +292,8 @@ def _roberta(d: dict) -> dict:
     rows = d.get("max_position_embeddings", 512)
     if pad is None or rows <= pad + 1:
         _refuse("roberta", f"max_position_embeddings={rows} with pad_token_id={pad} (no room for a position)")
-    return _bert(d) | dict(max_positions=rows - pad - 1, position_offset=pad + 1, pad_token_id=pad, bos_token_id=_token_id(d, "bos_token_id", 0),
+    return _bert(d) | dict(max_positions=rows - pad - 1, position_offset=pad + 1, pad_token_id=pad,
+                           bos_token_id=_token_id(d, "bos_token_id", 0),
                            eos_token_id=_token_id(d, "eos_token_id", 2))
 
 
@@ -346,8 +347,8 @@ def _is_set(value: Any) -> bool:
 
 
 # Which Hugging Face family saves a config, per architecture: the first entry whose required
-# field values the config has (a callable: a test of the value). Adding an architecture or a family is one entry here plus its
-# writer below (and its reader above).
+# field values the config has (a callable: a test of the value). Adding an architecture or a family
+# is one entry here plus its writer below (and its reader above).
 HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
     "decoder": (({"position": "learned", "norm": "layernorm"}, "gpt2", "GPT2LMHeadModel"),
                 ({"position": "rope", "norm": "rmsnorm", "attn_impl": "sliding"}, "mistral", "MistralForCausalLM"),
