@@ -47,7 +47,8 @@ ARCH_TRAITS = {
                           phases=_DECODING, compared_phases=("train", "prefill", "decode")),
     "encoder": ArchTraits(encoder=True, decoder=False, objective="mlm", label="an encoder-only model (no decoder)",
                           phases=("forward", "train"), compared_phases=("train", "forward"),
-                          fields=frozenset({"type_vocab_size", "pooler", "lm_head"})),
+                          fields=frozenset({"type_vocab_size", "pooler", "lm_head", "embed_dim", "share_layers",
+                                            "pair_head"})),
     "encoder-decoder": ArchTraits(encoder=True, decoder=True, objective="seq2seq", label="an encoder-decoder model",
                                   phases=_DECODING, compared_phases=("train", "prefill", "decode"),
                                   fields=frozenset({"n_decoder_layers"})),
@@ -61,6 +62,11 @@ ARCH_FIELDS = {
                         "type_vocab_size (segment embeddings) only applies to arch='encoder'"),
     "pooler": (lambda c: bool(c.pooler), "pooler only applies to arch='encoder'"),
     "lm_head": (lambda c: not c.lm_head, "a {arch} model needs its LM head; lm_head=false is only for encoders"),
+    "embed_dim": (lambda c: c.embed_dim is not None,
+                  "embed_dim (ALBERT's factorised embedding) only applies to arch='encoder'; leave it unset"),
+    "share_layers": (lambda c: c.share_layers, "share_layers (ALBERT's one layer across depth) only applies to "
+                                               "arch='encoder'; set share_layers=false"),
+    "pair_head": (lambda c: c.pair_head, "pair_head (NSP/SOP classifier) only applies to arch='encoder'"),
 }
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
@@ -115,6 +121,7 @@ class ModelConfig:
     # or a bias on the attention scores (alibi, relative = T5 buckets).
     position: str = "learned"
     position_offset: int = 0  # BART's learned table starts at index 2
+    # (an encoder with an offset counts positions over its non-pad tokens, pads at row offset - 1: RoBERTa)
     rope_theta: float = 10000.0
     # Longer context for a RoPE model: linear position interpolation, NTK-aware (a larger theta),
     # dynamic NTK (theta grows with the sequence past the trained length), YaRN (per-frequency blend).
@@ -146,6 +153,11 @@ class ModelConfig:
     pooler: bool = False  # BERT: dense + tanh on the first token
     lm_head: bool = True  # encoder: the MLM head; decoder: the LM head
     final_logits_bias: bool = False  # BART: a fixed (buffer) bias on the logits
+    # ALBERT (Lan et al. 2019): tables of width embed_dim (E), projected to d_model; None = d_model,
+    # no projection. share_layers: one layer's weights run n_layers times.
+    embed_dim: int | None = None
+    share_layers: bool = False
+    pair_head: bool = False  # a 2-class classifier on the pooler: BERT's NSP, ALBERT's SOP
 
     dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -225,6 +237,12 @@ class ModelConfig:
             if (getattr(self, name) or 0) > MAX_LAYERS:
                 raise TformerError(f"{name}={getattr(self, name)} is beyond the {MAX_LAYERS} layers tformer "
                                    f"models; use {MAX_LAYERS} or fewer")
+        if self.embed_dim is not None:
+            _whole("embed_dim", self.embed_dim, low=1)
+        if self.pair_head and not self.pooler and "pair_head" in self.traits.fields:
+            raise TformerError("pair_head classifies the pooler's output; set pooler=true (or pair_head=false)")
+        if self.share_layers and isinstance(self.attn_dilation, list):
+            raise TformerError("share_layers runs one layer at every depth, so it takes one attn_dilation, not a list")
         for name in ("position_offset", "type_vocab_size"):
             if getattr(self, name) < 0:
                 raise TformerError(f"{name} must be 0 or more, got {getattr(self, name)}")
@@ -431,6 +449,7 @@ def _divisor_near(n: int, k: int) -> int:
 #   BERT (Devlin et al. 2018); T5 (Raffel et al. 2020) v1.0 configs; BART (Lewis et al. 2019);
 #   LLaMA (Touvron et al. 2023a, 7B/13B) and Llama 2 70B (2023b, GQA with 8 KV heads);
 #   GPT-3 (Brown et al. 2020, Table 2.1; its alternating sparse attention is not modelled).
+#   RoBERTa, DistilBERT, ALBERT: the Hub's roberta-base, distilbert-base-uncased and albert-base-v2 config.json.
 
 _GPT2 = dict(arch="decoder", vocab_size=50257, max_positions=1024, position="learned", norm="layernorm",
              norm_placement="pre", activation="gelu_tanh", bias=True, tied_embeddings=True, norm_eps=1e-5,
@@ -450,6 +469,8 @@ _VASWANI = dict(arch="encoder-decoder", vocab_size=37000, max_positions=1024, po
                 norm="layernorm", norm_placement="post", final_norm=False, activation="relu", bias=True,
                 tied_embeddings=True, scale_embeddings=True, norm_eps=1e-6)
 
+_BERT_LIKE = {k: v for k, v in _BERT.items() if k not in ("type_vocab_size", "pooler", "lm_head")}
+
 PRESETS: dict[str, dict[str, Any]] = {
     "char-small": dict(arch="decoder", n_layers=4, d_model=256, n_heads=4, d_ff=1024, vocab_size=65,
                        max_positions=128, position="learned", norm="layernorm", norm_placement="pre",
@@ -464,6 +485,16 @@ PRESETS: dict[str, dict[str, Any]] = {
                       activation="gelu", dropout=0.0, attention_dropout=0.0),
     "bert-base": dict(_BERT, n_layers=12, d_model=768, n_heads=12, d_ff=3072),
     "bert-large": dict(_BERT, n_layers=24, d_model=1024, n_heads=16, d_ff=4096),
+    # RobertaForMaskedLM: one segment row, 514 position rows (ids start after pad_token_id = 1)
+    "roberta-base": dict(_BERT_LIKE, n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=50265,
+                         position_offset=2, norm_eps=1e-5, type_vocab_size=1, lm_head=True,
+                         pad_token_id=1, bos_token_id=0, eos_token_id=2),
+    # DistilBertForMaskedLM: BERT's sizes, half the layers, no segments, no pooler
+    "distilbert-base": dict(_BERT_LIKE, n_layers=6, d_model=768, n_heads=12, d_ff=3072, lm_head=True),
+    # AlbertForMaskedLM: E = 128, one layer shared by all 12 (pretraining adds pooler=true, pair_head=true: SOP)
+    "albert-base": dict(_BERT_LIKE, n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=30000,
+                        embed_dim=128, share_layers=True, type_vocab_size=2, lm_head=True,
+                        activation="gelu_tanh", dropout=0.0, attention_dropout=0.0, bos_token_id=2, eos_token_id=3),
     "t5-small": dict(_T5, n_layers=6, n_decoder_layers=6, d_model=512, n_heads=8, d_ff=2048),
     "t5-base": dict(_T5, n_layers=12, n_decoder_layers=12, d_model=768, n_heads=12, d_ff=3072),
     "bart-base": dict(arch="encoder-decoder", n_layers=6, n_decoder_layers=6, d_model=768, n_heads=12, d_ff=3072,

@@ -158,12 +158,13 @@ class Stack:
     tables: tuple[Table, ...]
     positions: Positions
     embed_norm: Norm | None
-    layers: tuple[Layer, ...]
+    layers: tuple[Layer, ...]  # one per depth; shared layers (ALBERT) repeat one path, counted once
     final_norm: Norm | None
+    embed_proj: Linear | None = None  # ALBERT: embeddings of width E -> d_model, before the first layer
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
         table = self.positions.table
-        return _merge(table, self.embed_norm, *self.layers, self.final_norm)
+        return _merge(table, self.embed_norm, self.embed_proj, *self.layers, self.final_norm)
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ class Architecture:
     pooler: Linear | None = None  # first token -> dense -> tanh
     mlm_head: MLMHead | None = None
     lm_head: LMHead | None = None
+    pair_head: Linear | None = None  # the pooler's output -> 2 classes (NSP, SOP)
 
     def stack(self, name: str) -> Stack:
         for st in self.stacks:
@@ -216,11 +218,14 @@ class Architecture:
         """Name prefixes of the parameters a training loss never reaches: BERT's pooler when the
         masked-token head gives the loss (the pooler's output is returned, but nothing scores it).
         They run forward, get no gradient and no optimizer state."""
-        return (self.pooler.path.split(".")[0] + ".",) if self.pooler is not None and self.mlm_head is not None else ()
+        if self.pooler is None or self.mlm_head is None:
+            return ()
+        return (self.pooler.path.split(".")[0] + ".",) + ((self.pair_head.path,) if self.pair_head is not None else ())
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
         """Every parameter once (a tied weight under its first owner), in the model's registration order."""
-        return _merge(self.tok_embed, self.type_embed, *self.stacks, self.pooler, self.mlm_head, self.lm_head)
+        return _merge(self.tok_embed, self.type_embed, *self.stacks, self.pooler, self.mlm_head, self.lm_head,
+                      self.pair_head)
 
 
 def _merge(*parts) -> dict[str, tuple[int, ...]]:
@@ -240,17 +245,19 @@ def describe(config) -> Architecture:
         return Architecture(c.arch, tok, None, (_stack(c, "decoder", c.n_layers, (tok,), causal=True),),
                             lm_head=_lm_head(c))
     if c.arch == "encoder":
-        segments = Table("type_embed", (c.type_vocab_size, c.d_model)) if c.type_vocab_size else None
+        d, e = c.d_model, c.embed_dim or c.d_model  # e: the tables' width (ALBERT's E)
+        tok = Table("tok_embed", (c.vocab_size, e))
+        segments = Table("type_embed", (c.type_vocab_size, e)) if c.type_vocab_size else None
         tables = (tok, segments) if segments else (tok,)
-        d = c.d_model
         mlm = None
-        if c.lm_head:
-            mlm = MLMHead("mlm_head", Linear("mlm_head.dense", "lm_head", d, d, c.bias), c.activation,
-                          _norm(c, "mlm_head.norm"),
-                          Linear("mlm_head.decoder", "lm_head", d, c.vocab_size, c.bias, tied=c.tied_embeddings))
+        if c.lm_head:  # ALBERT's head maps back to E, where the tied token table lives
+            mlm = MLMHead("mlm_head", Linear("mlm_head.dense", "lm_head", d, e, c.bias), c.activation,
+                          _norm(c, "mlm_head.norm", e),
+                          Linear("mlm_head.decoder", "lm_head", e, c.vocab_size, c.bias, tied=c.tied_embeddings))
         pooler = Linear("pooler.dense", "pooler", d, d, c.bias) if c.pooler else None
-        return Architecture(c.arch, tok, segments, (_stack(c, "encoder", c.n_layers, tables, causal=False),),
-                            pooler=pooler, mlm_head=mlm)
+        pair = Linear("pair_head", "pooler", d, 2, c.bias) if c.pair_head else None
+        stack = _stack(c, "encoder", c.n_layers, tables, causal=False, width=c.embed_dim, shared=c.share_layers)
+        return Architecture(c.arch, tok, segments, (stack,), pooler=pooler, mlm_head=mlm, pair_head=pair)
     if c.arch == "encoder-decoder":
         stacks = (_stack(c, "encoder", c.n_layers, (tok,), causal=False),
                   _stack(c, "decoder", c.n_decoder_layers, (tok,), causal=True, cross=True))
@@ -259,8 +266,8 @@ def describe(config) -> Architecture:
     raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
 
 
-def _norm(c, path: str) -> Norm:
-    return Norm(path, c.d_model, c.norm, c.norm_eps)
+def _norm(c, path: str, d: int | None = None) -> Norm:
+    return Norm(path, d or c.d_model, c.norm, c.norm_eps)
 
 
 def _lm_head(c, rescale: bool = False, logits_bias: bool = False) -> LMHead:
@@ -268,8 +275,8 @@ def _lm_head(c, rescale: bool = False, logits_bias: bool = False) -> LMHead:
                   rescale=rescale, logits_bias=logits_bias)
 
 
-def _positions(c, stack: str) -> Positions:
-    kind, d = c.position, c.d_model
+def _positions(c, stack: str, d: int) -> Positions:
+    kind = c.position
     if kind == "learned":
         return Positions(kind, f"{stack}.positions", Table(f"{stack}.positions", (c.max_positions + c.position_offset, d)),
                          offset=c.position_offset)
@@ -304,8 +311,9 @@ def _kind_weights(c, path: str) -> tuple[Weights, ...]:
     return ()
 
 
-def _layer(c, stack: str, i: int, cross: bool) -> Layer:
-    p = f"{stack}.layers.{i}"
+def _layer(c, stack: str, i: int, cross: bool, module: int | None = None) -> Layer:
+    """Layer ``i`` of the stack, run by the module ``layers.{module}`` (a shared layer's: 0; else i)."""
+    p = f"{stack}.layers.{i if module is None else module}"
     attention = (_attention(c, f"{p}.attn", f"{p}.attn_norm", cross=False),)
     if cross:
         attention += (_attention(c, f"{p}.cross_attn", f"{p}.cross_attn_norm", cross=True),)
@@ -317,10 +325,14 @@ def _layer(c, stack: str, i: int, cross: bool) -> Layer:
     return Layer(i, p, attention, mlp)
 
 
-def _stack(c, name: str, n_layers: int, tables: tuple[Table, ...], causal: bool, cross: bool = False) -> Stack:
+def _stack(c, name: str, n_layers: int, tables: tuple[Table, ...], causal: bool, cross: bool = False,
+           width: int | None = None, shared: bool = False) -> Stack:
+    """``width``: the tables' width when it is not d_model (then a projection follows the embeddings)."""
+    e = width or c.d_model
     return Stack(
-        name, causal, cross, tables, _positions(c, name),
-        embed_norm=_norm(c, f"{name}.embed_norm") if c.embedding_norm else None,
-        layers=tuple(_layer(c, name, i, cross) for i in range(n_layers)),
+        name, causal, cross, tables, _positions(c, name, e),
+        embed_norm=_norm(c, f"{name}.embed_norm", e) if c.embedding_norm else None,
+        layers=tuple(_layer(c, name, i, cross, 0 if shared else None) for i in range(n_layers)),
         final_norm=_norm(c, f"{name}.final_norm") if c.final_norm else None,
+        embed_proj=Linear(f"{name}.embed_proj", "embedding", e, c.d_model, c.bias) if width else None,
     )

@@ -75,6 +75,7 @@ class OpListBuilder:
         a, wb = self.a, self.wb
         d_in, d_out, bias = spec.d_in, spec.d_out, spec.bias
         n_params = (d_out if bias else 0) if spec.tied else O.linear_params(d_in, d_out, bias)
+        n_params = self.own(spec.path, n_params)
         return self.add(Op(
             name=spec.path, kind=spec.kind, layer=layer, phase="forward", stack=stack,
             shapes=O.matmul_label((rows, d_in), (d_in, d_out)) + (" + bias" if bias else ""),
@@ -92,9 +93,18 @@ class OpListBuilder:
         return self.add(Op(
             name=spec.path, kind="norm", layer=layer, phase="forward", stack=stack, shapes=f"[{rows}, {d}] {kind}",
             other_flops=O.norm_flops(rows * d, kind), bytes_read=rows * d * a + O.norm_params(d, kind) * self.wb,
-            bytes_written=rows * d * a, params=O.norm_params(d, kind), weight_bytes=O.norm_params(d, kind) * self.wb,
+            bytes_written=rows * d * a, params=self.own(spec.path, O.norm_params(d, kind)),
+            weight_bytes=O.norm_params(d, kind) * self.wb,
             saved_bytes=rows * d * a,  # the input (Korthikanti et al. 2022 convention)
         ))
+
+    def own(self, path: str, n: int) -> int:
+        """``n`` the first time module ``path`` runs, then 0: a shared layer (ALBERT) runs at every
+        depth but its parameters count once."""
+        if path in self.owned:
+            return 0
+        self.owned.add(path)
+        return n
 
     def elementwise(self, name, kind, layer, stack, elements, flops_per, reads=1, saved=0, shapes="") -> Op:
         a = self.a
@@ -163,6 +173,8 @@ class OpListBuilder:
         mask = self.dropout_mask(c.dropout, rows * d)
         if mask:
             self.ops[-1].saved_bytes += mask
+        if st.embed_proj:  # ALBERT: width E -> d_model
+            self.linear(st.embed_proj, None, st.name, rows)
 
     def attention(self, att: Attention, i: int, st: Stack, t: Tokens, rows: int) -> None:
         w, a = self.w, self.a
@@ -231,10 +243,13 @@ class OpListBuilder:
         if arch.mlm_head:
             head = arch.mlm_head
             self.linear(head.dense, None, "", rows)
-            self.elementwise(head.path + ".act", "activation", None, "", rows * d,
-                             O.ACTIVATION_FLOPS_PER_ELEMENT[head.activation], saved=rows * d * self.a)
+            e = head.dense.d_out  # d_model, or ALBERT's E
+            self.elementwise(head.path + ".act", "activation", None, "", rows * e,
+                             O.ACTIVATION_FLOPS_PER_ELEMENT[head.activation], saved=rows * e * self.a)
             self.norm(head.norm, None, "", rows)
             self.loss(self.linear(head.decoder, None, "", rows))
+        if arch.pair_head:  # NSP / SOP: 2 classes from the pooled vector
+            self.linear(arch.pair_head, None, "", B)
         if arch.lm_head:
             op = self.linear(arch.lm_head.linear, None, "", rows)
             if arch.lm_head.rescale:

@@ -1,4 +1,5 @@
-"""Load and save Hugging Face-format checkpoints (GPT-2, LLaMA/Mistral, BERT, BART, T5).
+"""Load and save Hugging Face-format checkpoints (GPT-2, LLaMA/Mistral, BART, T5; the encoders BERT,
+RoBERTa, DistilBERT and ALBERT, whose tables live in tformer.interop.hf_encoders).
 
 One table per family pairs each checkpoint tensor with the module(s) it fills in our model and
 says how it is transformed on the way (copied, transposed from GPT-2's Conv1D, or split from
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,6 +23,14 @@ from tformer.core.files import read_json, read_safetensors_header
 from tformer.data.weights import checkpoint_dir
 from tformer.interop.checkpoint import unwrap
 from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
+from tformer.interop.hf_encoders import (
+    ENCODER_EMBEDDING, ENCODER_FAMILIES, ENCODER_PREFIX, encoder_heads, segment_fill,
+)
+from tformer.interop.hf_rules import Alias, Rule
+from tformer.interop.hf_rules import attention_rules as _attention
+from tformer.interop.hf_rules import linear_rules as _linear
+from tformer.interop.hf_rules import norm_rules as _norm
+from tformer.interop.hf_rules import with_head as _with_head
 from tformer.model import build
 
 # Buffers some checkpoints carry that our model rebuilds on its own (masks, RoPE frequencies,
@@ -39,39 +47,6 @@ _IGNORABLE = [
         r"^decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight$",  # unused in T5
     )
 ]
-
-
-@dataclass
-class Rule:
-    """Checkpoint tensor ``hf`` fills our tensors ``ours``.
-
-    kind: "copy"; "t" (GPT-2 Conv1D stores weights as (in, out)); "cat" / "cat_t" (one fused
-    tensor holding ours side by side along its last dimension, transposed for weights).
-    """
-
-    hf: str
-    ours: tuple[str, ...]
-    kind: str = "copy"
-    optional: bool = False  # absent in the checkpoint: keep our default (BART's zero logits bias)
-
-
-@dataclass
-class Alias:
-    """A second name for a tied tensor (older files store each copy). Used only if ``main`` is absent."""
-
-    hf: str
-    main: str
-
-
-def _linear(hf: str, ours: str, bias: bool) -> list[Rule]:
-    rules = [Rule(f"{hf}.weight", (f"{ours}.weight",))]
-    if bias:
-        rules.append(Rule(f"{hf}.bias", (f"{ours}.bias",)))
-    return rules
-
-
-def _norm(hf: str, ours: str, config) -> list[Rule]:
-    return _linear(hf, ours, config.norm == "layernorm")
 
 
 # Family tables ------------------------------------------------------------------------
@@ -108,45 +83,6 @@ def _llama_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
             rules += _linear(f"{h}.mlp.{x}_proj", f"{o}.mlp.{x}", c.bias)
     rules += _norm(f"{p}norm", "decoder.final_norm", c)
     return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
-
-
-def _bert_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
-    e = f"{p}embeddings"
-    rules = [
-        Rule(f"{e}.word_embeddings.weight", ("tok_embed.weight",)),
-        Rule(f"{e}.position_embeddings.weight", ("encoder.positions.weight",)),
-    ]
-    if c.type_vocab_size:
-        rules.append(Rule(f"{e}.token_type_embeddings.weight", ("type_embed.weight",)))
-    rules += _norm(f"{e}.LayerNorm", "encoder.embed_norm", c)
-    for i in range(c.n_layers):
-        h, o = f"{p}encoder.layer.{i}", f"encoder.layers.{i}"
-        for hf_name, x in (("query", "q"), ("key", "k"), ("value", "v")):
-            rules += _linear(f"{h}.attention.self.{hf_name}", f"{o}.attn.{x}_proj", True)
-        rules += _linear(f"{h}.attention.output.dense", f"{o}.attn.o_proj", True)
-        rules += _norm(f"{h}.attention.output.LayerNorm", f"{o}.attn_norm", c)
-        rules += _linear(f"{h}.intermediate.dense", f"{o}.mlp.up", True)
-        rules += _linear(f"{h}.output.dense", f"{o}.mlp.down", True)
-        rules += _norm(f"{h}.output.LayerNorm", f"{o}.mlp_norm", c)
-    if c.pooler:
-        rules += _linear(f"{p}pooler.dense", "pooler.dense", True)
-    aliases = []
-    if c.lm_head:
-        rules += _linear("cls.predictions.transform.dense", "mlm_head.dense", True)
-        rules += _norm("cls.predictions.transform.LayerNorm", "mlm_head.norm", c)
-        rules.append(Rule("cls.predictions.bias", ("mlm_head.decoder.bias",)))
-        aliases.append(Alias("cls.predictions.decoder.bias", "cls.predictions.bias"))
-        rules, head_aliases = _with_head(rules, c, "cls.predictions.decoder.weight", f"{e}.word_embeddings.weight",
-                                         ours="mlm_head.decoder.weight")
-        aliases += head_aliases
-    return rules, aliases
-
-
-def _attention(h: str, o: str, names: tuple[str, str, str, str], bias: bool) -> list[Rule]:
-    rules = []
-    for hf_name, x in zip(names, "qkvo"):
-        rules += _linear(f"{h}.{hf_name}", f"{o}.{x}_proj", bias)
-    return rules
 
 
 def _bart_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
@@ -196,24 +132,17 @@ def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     return rules, aliases + head_aliases
 
 
-def _with_head(rules, c, head: str, embedding: str, ours: str = "lm_head.weight"):
-    """A tied head is the embedding (stored once, as HF does); an untied one is its own tensor."""
-    if c.tied_embeddings:
-        return rules, [Alias(head, embedding)]
-    return rules + [Rule(head, (ours,))], []
-
-
-FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, "bert": _bert_rules,
-            "bart": _bart_rules, "t5": _t5_rules}
+FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules,
+            "bart": _bart_rules, "t5": _t5_rules, **ENCODER_FAMILIES}
 # The outer prefix HF's task classes put around the body (GPT2LMHeadModel -> "transformer.", ...);
 # bare base-model files (GPT2Model, BertModel, BartModel) have none.
-BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "bert": "bert.", "bart": "model.",
-               "t5": ""}
+BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "bart": "model.",
+               "t5": "", **ENCODER_PREFIX}
 # The embedding the head is tied to, named without prefix: used to spot an untied head in a file.
 _EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.weight", "lm_head.weight"),
               "mistral": ("embed_tokens.weight", "lm_head.weight"),
-              "bert": ("embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"),
-              "bart": ("shared.weight", "lm_head.weight"), "t5": ("shared.weight", "lm_head.weight")}
+              "bart": ("shared.weight", "lm_head.weight"), "t5": ("shared.weight", "lm_head.weight"),
+              **ENCODER_EMBEDDING}
 
 
 # Reading files ------------------------------------------------------------------------
@@ -329,11 +258,10 @@ def _prefix(model_type: str, keys) -> str:
 
 
 def _refine(config, model_type: str, sd: dict, prefix: str):
-    """What config.json cannot say but the tensors do: BERT's heads, an untied output layer."""
+    """What config.json cannot say but the tensors do: an encoder's heads, an untied output layer."""
     changes = {}
-    if model_type == "bert":
-        changes["lm_head"] = any(k.startswith("cls.predictions.") for k in sd)
-        changes["pooler"] = f"{prefix}pooler.dense.weight" in sd
+    if model_type in ENCODER_FAMILIES:
+        changes.update(encoder_heads(model_type, sd, prefix))
     embedding, head = _EMBEDDING[model_type]
     embedding = prefix + embedding
     lm_head = changes.get("lm_head", config.lm_head)
@@ -489,15 +417,14 @@ def save_hf(model, path) -> Path:
     hf_config["torch_dtype"] = str(dtype).removeprefix("torch.")
 
     # The canonical task-class layout: GPT2LMHeadModel, BertForMaskedLM ("bert.") or BertModel (bare) ...
-    prefix = BODY_PREFIX[model_type] if not (model_type == "bert" and not config.lm_head) else ""
+    prefix = BODY_PREFIX[model_type] if not (model_type in ENCODER_FAMILIES and not config.lm_head) else ""
     rules, _ = FAMILIES[model_type](config, prefix)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     if model_type == "bart" and "final_logits_bias" not in state:
         state["final_logits_bias"] = torch.zeros(1, config.vocab_size, dtype=dtype)
     # safetensors refuses tensors that share storage, so each gets its own contiguous copy.
     tensors = {r.hf: _to_hf(r, [state[o] for o in r.ours]).to("cpu").contiguous().clone() for r in rules}
-    if model_type == "bert" and not config.type_vocab_size:  # see config_to_hf: one zero segment row
-        tensors[f"{prefix}embeddings.token_type_embeddings.weight"] = torch.zeros(1, config.d_model, dtype=dtype)
+    tensors.update(segment_fill(config, model_type, prefix, dtype))  # see config_to_hf: one zero segment row
 
     target = Path(path)
     if target.exists() and not target.is_dir():

@@ -15,7 +15,7 @@ from typing import Any
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 
-SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5")
+SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5", "roberta", "distilbert", "albert")
 
 # HF activation names -> ours. "gelu" in HF is the exact erf form; gelu_new and
 # gelu_pytorch_tanh are both the tanh approximation.
@@ -284,18 +284,84 @@ def _t5(d: dict) -> dict:
     )
 
 
-_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "bart": _bart, "t5": _t5}
+def _roberta(d: dict) -> dict:
+    """BERT's layout; position ids start after pad_token_id (fairseq), so the table holds pad + 1 extra rows."""
+    if d.get("hidden_act", "gelu") != "gelu":
+        _refuse("roberta", f"hidden_act='{d['hidden_act']}' (RobertaLMHead always applies exact GELU)")
+    pad = _token_id(d, "pad_token_id", 1)
+    rows = d.get("max_position_embeddings", 512)
+    if pad is None or rows <= pad + 1:
+        _refuse("roberta", f"max_position_embeddings={rows} with pad_token_id={pad} (no room for a position)")
+    return _bert(d) | dict(max_positions=rows - pad - 1, position_offset=pad + 1, pad_token_id=pad,
+                           bos_token_id=_token_id(d, "bos_token_id", 0),
+                           eos_token_id=_token_id(d, "eos_token_id", 2))
+
+
+def _distilbert(d: dict) -> dict:
+    # A sinusoidal table (sinusoidal_pos_embds) is stored in the weights like a learned one: read as learned.
+    archs = d.get("architectures") or ["DistilBertModel"]
+    return dict(
+        arch="encoder", n_layers=d["n_layers"], d_model=d["dim"], n_heads=d["n_heads"], d_ff=d["hidden_dim"],
+        vocab_size=d["vocab_size"], max_positions=d.get("max_position_embeddings", 512), position="learned",
+        norm="layernorm", norm_placement="post", norm_eps=1e-12, final_norm=False, embedding_norm=True,
+        activation=_activation(d.get("activation", "gelu"), "distilbert"), bias=True, type_vocab_size=0,
+        pooler=False, lm_head="DistilBertForMaskedLM" in archs,
+        tied_embeddings=d.get("tie_word_embeddings", True) is not False,
+        pad_token_id=_token_id(d, "pad_token_id", 0), bos_token_id=_token_id(d, "bos_token_id"),
+        eos_token_id=_token_id(d, "eos_token_id"),
+        **_dropouts("distilbert", dropout=d.get("dropout", 0.1), attention_dropout=d.get("attention_dropout", 0.1),
+                    activation_dropout=0.0),
+    )
+
+
+def _albert(d: dict) -> dict:
+    layers, groups = d["num_hidden_layers"], d.get("num_hidden_groups", 1)
+    if d.get("inner_group_num", 1) != 1:
+        _refuse("albert", f"inner_group_num={d['inner_group_num']} (tformer shares one layer or none)")
+    if groups not in (1, layers):
+        _refuse("albert", f"num_hidden_groups={groups} (tformer shares one layer across all {layers}, or none)")
+    archs = d.get("architectures") or ["AlbertModel"]
+    return dict(
+        arch="encoder", n_layers=layers, d_model=d["hidden_size"], n_heads=d["num_attention_heads"],
+        d_ff=d["intermediate_size"], vocab_size=d["vocab_size"], max_positions=d.get("max_position_embeddings", 512),
+        embed_dim=d.get("embedding_size", 128), share_layers=groups == 1 and layers > 1,
+        position="learned", norm="layernorm", norm_placement="post", norm_eps=d.get("layer_norm_eps", 1e-12),
+        final_norm=False, embedding_norm=True, activation=_activation(d.get("hidden_act", "gelu_new"), "albert"),
+        bias=True, type_vocab_size=d.get("type_vocab_size", 2),
+        pooler="AlbertForMaskedLM" not in archs, lm_head="AlbertModel" not in archs,
+        pair_head="AlbertForPreTraining" in archs, tied_embeddings=d.get("tie_word_embeddings", True) is not False,
+        pad_token_id=_token_id(d, "pad_token_id", 0), bos_token_id=_token_id(d, "bos_token_id", 2),
+        eos_token_id=_token_id(d, "eos_token_id", 3),
+        **_dropouts("albert", dropout=d.get("hidden_dropout_prob", 0.0),
+                    attention_dropout=d.get("attention_probs_dropout_prob", 0.0), activation_dropout=0.0),
+    )
+
+
+_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "bart": _bart, "t5": _t5,
+            "roberta": _roberta, "distilbert": _distilbert, "albert": _albert}
 
 
 # Writing ----------------------------------------------------------------------------------
+def _is_set(value: Any) -> bool:
+    return value is not None
+
+
 # Which Hugging Face family saves a config, per architecture: the first entry whose required
-# field values the config has. Adding an architecture or a family is one entry here plus its
-# writer below (and its reader above).
+# field values the config has (a callable: a test of the value). Adding an architecture or a family
+# is one entry here plus its writer below (and its reader above).
 HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
     "decoder": (({"position": "learned", "norm": "layernorm"}, "gpt2", "GPT2LMHeadModel"),
                 ({"position": "rope", "norm": "rmsnorm", "attn_impl": "sliding"}, "mistral", "MistralForCausalLM"),
                 ({"position": "rope", "norm": "rmsnorm"}, "llama", "LlamaForCausalLM")),
-    "encoder": (({"lm_head": True}, "bert", "BertForMaskedLM"),
+    "encoder": (({"embed_dim": _is_set, "pair_head": True}, "albert", "AlbertForPreTraining"),
+                ({"embed_dim": _is_set, "lm_head": True}, "albert", "AlbertForMaskedLM"),
+                ({"embed_dim": _is_set}, "albert", "AlbertModel"),
+                ({"position_offset": bool, "lm_head": True}, "roberta", "RobertaForMaskedLM"),
+                ({"position_offset": bool}, "roberta", "RobertaModel"),
+                ({"type_vocab_size": 0, "pooler": False, "norm_eps": 1e-12, "lm_head": True}, "distilbert",
+                 "DistilBertForMaskedLM"),
+                ({"type_vocab_size": 0, "pooler": False, "norm_eps": 1e-12}, "distilbert", "DistilBertModel"),
+                ({"lm_head": True}, "bert", "BertForMaskedLM"),
                 ({"lm_head": False}, "bert", "BertModel")),
     "encoder-decoder": (({"position": "learned"}, "bart", "BartForConditionalGeneration"),
                         ({"position": "relative"}, "t5", "T5ForConditionalGeneration")),
@@ -305,7 +371,7 @@ HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
 def hf_family(config: ModelConfig) -> tuple[str, str]:
     """(model_type, architecture class) that ``config`` would be saved as."""
     for requires, model_type, architecture in HF_FAMILIES.get(config.arch, ()):
-        if all(getattr(config, k) == v for k, v in requires.items()):
+        if all(v(getattr(config, k)) if callable(v) else getattr(config, k) == v for k, v in requires.items()):
             return model_type, architecture
     raise TformerError(
         f"no Hugging Face family matches this {config.arch} with position='{config.position}' and "
@@ -377,8 +443,24 @@ def _mistral_out(c: ModelConfig) -> dict:
     return {**out, "sliding_window": c.attn_window}
 
 
+def _roberta_out(c: ModelConfig) -> dict:
+    return _bert_out(c) | dict(max_position_embeddings=c.max_positions + c.position_offset)
+
+
+def _distilbert_out(c: ModelConfig) -> dict:
+    return dict(n_layers=c.n_layers, dim=c.d_model, n_heads=c.n_heads, hidden_dim=c.d_ff, vocab_size=c.vocab_size,
+                max_position_embeddings=c.max_positions, activation=_ACTIVATION_OUT[c.activation],
+                dropout=c.dropout, attention_dropout=c.attention_dropout, sinusoidal_pos_embds=False,
+                tie_word_embeddings=c.tied_embeddings)
+
+
+def _albert_out(c: ModelConfig) -> dict:
+    return _bert_out(c) | dict(embedding_size=c.embed_dim, num_hidden_groups=1 if c.share_layers else c.n_layers,
+                               inner_group_num=1)
+
+
 _WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "bert": _bert_out, "bart": _bart_out,
-            "t5": _t5_out}
+            "t5": _t5_out, "roberta": _roberta_out, "distilbert": _distilbert_out, "albert": _albert_out}
 
 # What the config file cannot hold but the tensors do, copied back before the read-back comparison:
 # BERT's head, pooler and segment table, T5's tied head, BART's logits bias (a zero one is written
@@ -386,6 +468,11 @@ _WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "be
 _FROM_WEIGHTS = {
     "bert": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler,
                                          type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0),
+    "roberta": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler,
+                                            type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0),
+    "distilbert": lambda back, c: back.replace(lm_head=c.lm_head),
+    "albert": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler, pair_head=c.pair_head,
+                                           type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0),
     "t5": lambda back, c: back.replace(tied_embeddings=c.tied_embeddings),
     "bart": lambda back, c: back.replace(final_logits_bias=c.final_logits_bias),
     "llama": _same_rope,

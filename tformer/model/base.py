@@ -27,6 +27,7 @@ class ModelOutput:
     attentions: list | None = None  # per layer (B, H, T, Tk), when asked for
     cross_attentions: list | None = None
     encoder_attentions: list | None = None
+    pair_logits: torch.Tensor | None = None  # (B, 2), encoder with a pair head (NSP, SOP)
 
     def __getitem__(self, key: str):
         return getattr(self, key)

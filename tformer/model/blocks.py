@@ -8,6 +8,7 @@ from torch import nn
 from tformer.core.errors import TformerError
 from tformer.model.attention import MultiHeadAttention
 from tformer.model.feedforward import FeedForward
+from tformer.model.linear import Linear
 from tformer.model.masks import build_mask
 from tformer.model.norm import make_norm
 from tformer.model.position import (
@@ -86,8 +87,14 @@ class Stack(nn.Module):
                 table[0], config.relative_attention_max_distance, table[1], bidirectional=not causal,
             )
         self.embed_norm = make_norm(config, spec.embed_norm.d) if spec.embed_norm else None
+        self.embed_proj = Linear.described(spec.embed_proj) if spec.embed_proj else None
         self.dropout = nn.Dropout(config.dropout)
-        self.layers = nn.ModuleList(Block(config, layer) for layer in spec.layers)
+        # One module per distinct path: a shared layer (ALBERT) is built once and run at every depth.
+        distinct: dict[str, object] = {}
+        for layer in spec.layers:
+            distinct.setdefault(layer.path, layer)
+        self.layers = nn.ModuleList(Block(config, layer) for layer in distinct.values())
+        self.order = [int(layer.path.rsplit(".", 1)[1]) for layer in spec.layers]
         self.final_norm = make_norm(config, spec.final_norm.d) if spec.final_norm else None
         self.max_positions = config.max_positions
 
@@ -98,7 +105,8 @@ class Stack(nn.Module):
             h = h + self.positions(position_ids).to(h.dtype)
         if self.embed_norm is not None:
             h = self.embed_norm(h)
-        return self.dropout(h)
+        h = self.dropout(h)
+        return self.embed_proj(h) if self.embed_proj is not None else h
 
     def forward(
         self,
@@ -146,8 +154,8 @@ class Stack(nn.Module):
         rope = rope_cos_sin(position_ids, *self.rope[:2], h.dtype, self.rope[2]) if self.rope else None
 
         self_weights, cross_weights = [], []
-        for layer in self.layers:
-            h, sw, cw = layer(h, self_mask, rope=rope, memory=memory, cross_mask=cross_mask,
+        for i in self.order:
+            h, sw, cw = self.layers[i](h, self_mask, rope=rope, memory=memory, cross_mask=cross_mask,
                               cache=cache, need_weights=need_weights)
             self_weights.append(sw)
             cross_weights.append(cw)
