@@ -102,7 +102,7 @@ class StaticDecoder:
             c = self.model.config
             shape = (rows, c.n_kv_heads, length, c.head_dim)
             found = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                      torch.zeros(shape, dtype=self.dtype, device=self.device)) for _ in self.stack.layers]
+                      torch.zeros(shape, dtype=self.dtype, device=self.device)) for _ in self.stack.order]
             if self.device.type == "cuda":  # CUDA graphs replay reads and writes at these addresses
                 for k, v in found:
                     torch._dynamo.mark_static_address(k)
@@ -156,7 +156,7 @@ class _Compiled:
                                "or drop --compile")
         length = cache_length(max_len, self.config.max_positions)
         cache = super().new_cache(rows, None, kv=False)
-        n_layers = len(self.decoder.stack.layers)
+        n_layers = len(self.decoder.stack.order)  # depth (a shared layer counts at each depth)
 
         def pool(r):  # beam search's reorder moves rows into these (every element overwritten: no zeroing)
             return self.decoder.buffers(r, length, zero=False)

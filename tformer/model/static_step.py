@@ -113,7 +113,8 @@ def static_step(model, stack, tokens, slot, positions, keep, self_kv, cross_kv=N
     biases, position_bias = {}, None
     if stack.score_bias is not None:  # ALiBi, T5 buckets: (1, H, 1, L) from column distances
         position_bias = stack.score_bias(slot.reshape(1), torch.arange(keep.shape[1], device=keep.device))
-    for i, (block, window) in enumerate(zip(stack.layers, _windows(model.config))):
+    blocks = [stack.layers[j] for j in stack.order]  # by depth: a shared layer runs at every depth it holds
+    for i, (block, window) in enumerate(zip(blocks, _windows(model.config))):
         if window not in biases:
             bias = self_attention_bias(keep, slot, window, h.dtype)
             biases[window] = bias if position_bias is None else bias + position_bias.to(h.dtype)
