@@ -33,6 +33,7 @@ class ArchTraits:
     phases: tuple[str, ...]
     compared_phases: tuple[str, ...]
     fields: frozenset[str] = frozenset()  # the architecture-specific config fields it accepts
+    recurrent: bool = False  # no attention: a recurrent layer (cell, d_hidden); heads and positions are not read
 
     @property
     def seq2seq(self) -> bool:
@@ -51,6 +52,9 @@ ARCH_TRAITS = {
     "encoder-decoder": ArchTraits(encoder=True, decoder=True, objective="seq2seq", label="an encoder-decoder model",
                                   phases=_DECODING, compared_phases=("train", "prefill", "decode"),
                                   fields=frozenset({"n_decoder_layers"})),
+    "rnn": ArchTraits(encoder=False, decoder=True, objective="causal", label="a recurrent language model",
+                      phases=_DECODING, compared_phases=("train", "prefill", "decode"),
+                      fields=frozenset({"cell", "d_hidden", "rnn_teaching"}), recurrent=True),
 }
 ARCHS = tuple(ARCH_TRAITS)
 # Architecture-specific fields: (is it in use?, the error when the architecture does not accept it).
@@ -61,7 +65,11 @@ ARCH_FIELDS = {
                         "type_vocab_size (segment embeddings) only applies to arch='encoder'"),
     "pooler": (lambda c: bool(c.pooler), "pooler only applies to arch='encoder'"),
     "lm_head": (lambda c: not c.lm_head, "a {arch} model needs its LM head; lm_head=false is only for encoders"),
+    "cell": (lambda c: c.cell is not None, "cell (lstm, gru, rnn) only applies to arch='rnn'"),
+    "d_hidden": (lambda c: c.d_hidden is not None, "d_hidden (the recurrent state's width) only applies to arch='rnn'"),
+    "rnn_teaching": (lambda c: c.rnn_teaching, "rnn_teaching (the written-out cells) only applies to arch='rnn'"),
 }
+CELLS = ("lstm", "gru", "rnn")  # tformer.model.rnn: LSTM, GRU, Elman (tanh)
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
@@ -89,6 +97,8 @@ DERIVED = {
     "n_kv_heads": lambda c: c.n_heads,  # multi-head attention: one key/value head per query head
     "head_dim": lambda c: c.d_model // c.n_heads,
     "n_decoder_layers": lambda c: c.n_layers if c.traits.seq2seq else None,
+    "cell": lambda c: "lstm" if c.traits.recurrent else None,
+    "d_hidden": lambda c: c.d_model if c.traits.recurrent else None,
 }
 
 
@@ -146,6 +156,11 @@ class ModelConfig:
     pooler: bool = False  # BERT: dense + tanh on the first token
     lm_head: bool = True  # encoder: the MLM head; decoder: the LM head
     final_logits_bias: bool = False  # BART: a fixed (buffer) bias on the logits
+
+    # arch='rnn': embedding (d_model) -> n_layers recurrent layers of width d_hidden -> LM head.
+    cell: str | None = None  # lstm | gru | rnn (Elman, tanh); None = lstm
+    d_hidden: int | None = None  # the hidden state's width; None = d_model
+    rnn_teaching: bool = False  # run the written-out cells (tformer.model.rnn) instead of torch's kernel
 
     dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -210,6 +225,10 @@ class ModelConfig:
         choice("activation", ACTIVATIONS)
         choice("attn_impl", ATTN_IMPLS)
         choice("rope_scaling", ROPE_SCALINGS)
+        if self.cell is not None:
+            choice("cell", CELLS)
+        if self.d_hidden is not None:
+            _whole("d_hidden", self.d_hidden, low=1)
 
         positive = ["n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_positions"]
         optional_positive = ["n_decoder_layers", "n_kv_heads", "head_dim"]
@@ -228,7 +247,7 @@ class ModelConfig:
         for name in ("position_offset", "type_vocab_size"):
             if getattr(self, name) < 0:
                 raise TformerError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        if self.head_dim is None and self.d_model % self.n_heads:
+        if self.head_dim is None and self.d_model % self.n_heads and not self.traits.recurrent:
             raise TformerError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                 f"pick n_heads that divides d_model (e.g. {_divisor_near(self.d_model, self.n_heads)}) or set head_dim"
