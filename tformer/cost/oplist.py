@@ -238,6 +238,9 @@ class OpListBuilder:
                 name=f"{spec.path}.weight_hh{sfx}", kind="rnn_hidden", layer=spec.index, phase="forward", stack=stack,
                 shapes=f"{T} steps x " + O.matmul_label((B, h), (h, g)) + (" + bias" if spec.bias else ""),
                 dims=MatMul(T, B, h, g), matmul_flops=O.matmul_flops(B, h, g, batch=T), other_flops=rows * bias,
+                # Backward: both gradients at every step but the first, whose input (the zero initial state)
+                # takes none.
+                backward_matmul_flops=2 * O.matmul_flops(B, h, g, batch=T) - O.matmul_flops(B, g, h),
                 bytes_read=rows * h * a + T * (g * h + bias) * wb, bytes_written=rows * g * a,
                 params=g * h + bias, weight_bytes=T * (g * h + bias) * wb, saved_bytes=rows * h * a))
             states = STATES[spec.cell]
