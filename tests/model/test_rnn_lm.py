@@ -6,7 +6,9 @@ import torch
 
 from tformer.core.config import ARCH_TRAITS, ModelConfig
 from tformer.core.errors import TformerError
+from tformer.cost.ledger import Workload
 from tformer.generate import GenerationConfig, generate
+from tformer.measure.step import StepRunner
 from tformer.model import RecurrentLM, build, runner_for
 from tformer.model.runners import RecurrentRunner
 from tformer.model.static_step import check_static_step
@@ -117,3 +119,11 @@ def test_loss_trains_every_parameter_and_compile_is_refused():
     assert isinstance(m, RecurrentLM) and all(p.grad is not None for p in m.parameters())
     with pytest.raises(TformerError, match="recurrent model.*drop --compile"):
         check_static_step(m.config)
+
+
+def test_profile_step_runner_decodes_from_the_same_state_every_step():
+    runner = StepRunner(config(), Workload(phase="decode", batch=2, seq=6))
+    before = runner.cache.snapshot()
+    runner.step()
+    runner.step()
+    assert runner.cache.snapshot() is before  # put back after each timed step

@@ -321,6 +321,14 @@ class RecurrentCache(Cache):
     state: object | None = None
     mask: torch.Tensor | None = None  # (N, t) 1 = real token; kept only when rerunning a padded batch
 
+    recurrent = True  # as KVCache.recurrent: a step folds the token in, so snapshot/restore, never rewind
+
+    def snapshot(self):
+        return self.state
+
+    def restore(self, state) -> None:
+        self.state = state  # a step builds new tensors, so the old ones are intact
+
     @property
     def nbytes(self) -> int:
         parts = self.state if isinstance(self.state, tuple) else (self.state,) if self.state is not None else ()
