@@ -15,7 +15,8 @@ from tformer.cost.recurrent import recurrent_params, recurrent_step_flops, seque
 from tformer.model import build, runner_for
 
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
-CASES = {c["id"]: c for c in json.loads((Path(__file__).parent / "oracles" / "textbook_lstm_cases.json").read_text())["cases"]}
+_ORACLE = Path(__file__).parent / "oracles" / "textbook_lstm_cases.json"
+CASES = {c["id"]: c for c in json.loads(_ORACLE.read_text())["cases"]}
 
 
 def config(cell, **kw):
@@ -111,4 +112,5 @@ def test_textbook_lstm_cases():
     assert layer == case["expected"] == n * recurrent_step_flops("lstm", d, h)
     case = CASES["B-F-LSTM-STATES"]
     i = case["inputs"]
-    assert i["n"] * state_bytes("lstm", i["h"], batch=i["B"], bytes_per_element=i["bytes_per_element"]) == case["expected"]
+    per_step = state_bytes("lstm", i["h"], batch=i["B"], bytes_per_element=i["bytes_per_element"])
+    assert i["n"] * per_step == case["expected"]

@@ -30,7 +30,8 @@ def test_config_fields_and_their_errors():
     assert (c.cell, c.d_hidden) == ("lstm", 30)  # defaults follow d_model
     assert c.to_dict()["d_hidden"] is None and c.replace(d_model=14).d_hidden == 14
     assert ARCH_TRAITS["rnn"].objective == "causal" and ARCH_TRAITS["rnn"].decoder and not ARCH_TRAITS["rnn"].encoder
-    with pytest.raises(TformerError, match=r"^cell='lstn' is unknown \(did you mean 'lstm'\?\); choose one of: lstm, gru, rnn$"):
+    unknown = r"^cell='lstn' is unknown \(did you mean 'lstm'\?\); choose one of: lstm, gru, rnn$"
+    with pytest.raises(TformerError, match=unknown):
         config(cell="lstn")
     with pytest.raises(TformerError, match="^d_hidden must be at least 1, got 0$"):
         config(d_hidden=0)
