@@ -47,6 +47,20 @@ def test_description_is_the_models_parameters(name, config):
     assert ours == theirs  # names, shapes and registration order
 
 
+# arch='rnn': one torch module holds every layer (torch's names), so its ledger rows are named by parameter
+# (tests/cost/test_recurrent_ledger.py), not by module; the description still equals the model.
+RNN_CASES = [
+    ("rnn-lstm", ModelConfig(arch="rnn", cell="lstm", n_layers=2, d_model=15, d_hidden=22, vocab_size=30)),
+    ("rnn-gru-tied", ModelConfig(arch="rnn", cell="gru", n_layers=3, d_model=14, vocab_size=30)),
+    ("rnn-elman-no-bias", ModelConfig(arch="rnn", cell="rnn", n_layers=1, d_model=9, d_hidden=5, bias=False)),
+]
+
+
+@pytest.mark.parametrize("name,config", RNN_CASES, ids=[n for n, _ in RNN_CASES])
+def test_description_is_the_rnn_models_parameters(name, config):
+    test_description_is_the_models_parameters(name, config)
+
+
 @pytest.mark.parametrize("name,config", CASES, ids=[n for n, _ in CASES])
 def test_every_parameter_row_of_the_ledger_is_a_described_module(name, config):
     arch = describe(config)

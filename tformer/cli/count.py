@@ -84,6 +84,15 @@ def _print_attention(con, att: dict) -> None:
               f"element-wise, {fmt.nbytes_gb(att['bytes'])} moved, largest layer writes {fmt.nbytes_gb(att['written_per_layer'])}")
 
 
+def _print_recurrent(con, rec: dict) -> None:
+    con.print(f"recurrent: [bold]{rec['cell']}[/], hidden {rec['d_hidden']}; parameters {rec['params_exact']:,} exact "
+              f"(two bias vectors), {rec['params_course']:,} in the course convention (one per gate)")
+    con.print(f"  {fmt.flops(rec['step_matmul_flops'])} matmul per token per sequence over all layers; state "
+              f"{fmt.nbytes_gb(rec['state_bytes'])} (fixed, whatever the length); "
+              f"{rec['sequential_steps_per_layer']:,} sequential steps per layer (an attention layer: "
+              f"{rec['sequential_steps_attention_layer']})")
+
+
 def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     from rich.table import Table  # deferred: --json output never loads rich
 
@@ -122,7 +131,10 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
         t.add_row("  correct forward matmul count", fmt.flops(lg.flops["by_phase"]["forward"]["matmul"]))
     con.print(t)
     con.print(f"[dim]{r['explanation']}[/]")
-    _print_attention(con, lg.attention)
+    if lg.recurrent is not None:
+        _print_recurrent(con, lg.recurrent)
+    else:
+        _print_attention(con, lg.attention)
 
     m = lg.memory
     t = Table(title=f"Memory ({m['recipe']})")

@@ -33,6 +33,7 @@ class ArchTraits:
     phases: tuple[str, ...]
     compared_phases: tuple[str, ...]
     fields: frozenset[str] = frozenset()  # the architecture-specific config fields it accepts
+    recurrent: bool = False  # no attention: a recurrent layer (cell, d_hidden); heads and positions are not read
 
     @property
     def seq2seq(self) -> bool:
@@ -52,6 +53,9 @@ ARCH_TRAITS = {
     "encoder-decoder": ArchTraits(encoder=True, decoder=True, objective="seq2seq", label="an encoder-decoder model",
                                   phases=_DECODING, compared_phases=("train", "prefill", "decode"),
                                   fields=frozenset({"n_decoder_layers"})),
+    "rnn": ArchTraits(encoder=False, decoder=True, objective="causal", label="a recurrent language model",
+                      phases=_DECODING, compared_phases=("train", "prefill", "decode"),
+                      fields=frozenset({"cell", "d_hidden", "rnn_teaching"}), recurrent=True),
 }
 ARCHS = tuple(ARCH_TRAITS)
 # Architecture-specific fields: (is it in use?, the error when the architecture does not accept it).
@@ -67,7 +71,11 @@ ARCH_FIELDS = {
     "share_layers": (lambda c: c.share_layers, "share_layers (ALBERT's one layer across depth) only applies to "
                                                "arch='encoder'; set share_layers=false"),
     "pair_head": (lambda c: c.pair_head, "pair_head (NSP/SOP classifier) only applies to arch='encoder'"),
+    "cell": (lambda c: c.cell is not None, "cell (lstm, gru, rnn) only applies to arch='rnn'"),
+    "d_hidden": (lambda c: c.d_hidden is not None, "d_hidden (the recurrent state's width) only applies to arch='rnn'"),
+    "rnn_teaching": (lambda c: c.rnn_teaching, "rnn_teaching (the written-out cells) only applies to arch='rnn'"),
 }
+CELLS = ("lstm", "gru", "rnn")  # tformer.model.rnn: LSTM, GRU, Elman (tanh)
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
@@ -95,6 +103,8 @@ DERIVED = {
     "n_kv_heads": lambda c: c.n_heads,  # multi-head attention: one key/value head per query head
     "head_dim": lambda c: c.d_model // c.n_heads,
     "n_decoder_layers": lambda c: c.n_layers if c.traits.seq2seq else None,
+    "cell": lambda c: "lstm" if c.traits.recurrent else None,
+    "d_hidden": lambda c: c.d_model if c.traits.recurrent else None,
 }
 
 
@@ -159,6 +169,11 @@ class ModelConfig:
     share_layers: bool = False
     pair_head: bool = False  # a 2-class classifier on the pooler: BERT's NSP, ALBERT's SOP
 
+    # arch='rnn': embedding (d_model) -> n_layers recurrent layers of width d_hidden -> LM head.
+    cell: str | None = None  # lstm | gru | rnn (Elman, tanh); None = lstm
+    d_hidden: int | None = None  # the hidden state's width; None = d_model
+    rnn_teaching: bool = False  # run the written-out cells (tformer.model.rnn) instead of torch's kernel
+
     dropout: float = 0.0
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
@@ -222,6 +237,10 @@ class ModelConfig:
         choice("activation", ACTIVATIONS)
         choice("attn_impl", ATTN_IMPLS)
         choice("rope_scaling", ROPE_SCALINGS)
+        if self.cell is not None:
+            choice("cell", CELLS)
+        if self.d_hidden is not None:
+            _whole("d_hidden", self.d_hidden, low=1)
 
         positive = ["n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_positions"]
         optional_positive = ["n_decoder_layers", "n_kv_heads", "head_dim"]
@@ -246,7 +265,7 @@ class ModelConfig:
         for name in ("position_offset", "type_vocab_size"):
             if getattr(self, name) < 0:
                 raise TformerError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        if self.head_dim is None and self.d_model % self.n_heads:
+        if self.head_dim is None and self.d_model % self.n_heads and not self.traits.recurrent:
             raise TformerError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
                 f"pick n_heads that divides d_model (e.g. {_divisor_near(self.d_model, self.n_heads)}) or set head_dim"

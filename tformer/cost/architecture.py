@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
+from tformer.cost.recurrent import GATES
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,40 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class Recurrent:
+    """One recurrent layer (arch='rnn'), both directions where bidirectional, inside the torch module at
+    ``path`` (nn.LSTM / GRU / RNN and tformer.model.rnn), with torch's parameter names."""
+
+    index: int
+    path: str
+    cell: str  # lstm | gru | rnn
+    d_in: int
+    d_hidden: int
+    bias: bool
+    directions: int = 1
+
+    attention = ()  # no attention: walkers of ``layer.attention`` find none
+
+    @property
+    def gates(self) -> int:
+        return GATES[self.cell]
+
+    def suffix(self, direction: int) -> str:
+        return f"_l{self.index}" + ("_reverse" if direction else "")
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        g, h, out = self.gates, self.d_hidden, {}
+        for direction in range(self.directions):
+            sfx = f"{self.path}.{{}}{self.suffix(direction)}"
+            out[sfx.format("weight_ih")] = (g * h, self.d_in)
+            out[sfx.format("weight_hh")] = (g * h, h)
+            if self.bias:
+                out[sfx.format("bias_ih")] = (g * h,)
+                out[sfx.format("bias_hh")] = (g * h,)
+        return out
+
+
+@dataclass(frozen=True)
 class Stack:
     """Embedding lookups, positions, embedding norm, N blocks, final norm.
 
@@ -263,6 +298,8 @@ def describe(config) -> Architecture:
                   _stack(c, "decoder", c.n_decoder_layers, (tok,), causal=True, cross=True))
         return Architecture(c.arch, tok, None, stacks,
                             lm_head=_lm_head(c, rescale=c.rescale_tied_head, logits_bias=c.final_logits_bias))
+    if c.arch == "rnn":
+        return _rnn(c, tok)
     raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
 
 
@@ -336,3 +373,15 @@ def _stack(c, name: str, n_layers: int, tables: tuple[Table, ...], causal: bool,
         final_norm=_norm(c, f"{name}.final_norm") if c.final_norm else None,
         embed_proj=Linear(f"{name}.embed_proj", "embedding", e, c.d_model, c.bias) if width else None,
     )
+
+
+def _rnn(c, tok: Table) -> Architecture:
+    """Embedding -> n_layers recurrent layers (one torch module, path "rnn") -> LM head. No positions: the
+    recurrence reads tokens in order. The head is tied to the embedding only where the widths agree
+    (d_hidden == d_model); otherwise it has its own weight."""
+    layers = tuple(Recurrent(i, "rnn", c.cell, c.d_model if i == 0 else c.d_hidden, c.d_hidden, c.bias)
+                   for i in range(c.n_layers))
+    stack = Stack("rnn", True, False, (tok,), Positions("none"), None, layers, None)
+    tied = c.tied_embeddings and c.d_hidden == c.d_model
+    head = LMHead(Linear("lm_head", "lm_head", c.d_hidden, c.vocab_size, False, tied=tied))
+    return Architecture(c.arch, tok, None, (stack,), lm_head=head)

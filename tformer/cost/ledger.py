@@ -19,8 +19,9 @@ from tformer.cost.conventions import conventions
 from tformer.cost.memory import memory_breakdown
 from tformer.cost.oplist import OpListBuilder, stack_tokens
 from tformer.cost.ops import Op
+from tformer.cost.recurrent import recurrent_summary
 from tformer.cost.rules import rules_of_thumb
-from tformer.cost.workload import Workload
+from tformer.cost.workload import ACTIVATION_BYTES, Workload
 
 _PROJECTION_KINDS = ("qkv_proj", "out_proj", "norm", "residual", "rope")  # around the attention core, not in it
 
@@ -128,6 +129,15 @@ class Ledger:
                 "written_per_layer": max(per_layer.values(), default=0),
                 "saved": self.total(core, "saved_bytes"), "scores_saved": self.total(core, "scores_bytes")}
 
+    @cached_property
+    def recurrent(self) -> dict | None:
+        """An RNN's figures (parameters in both conventions, FLOPs per step, state bytes, sequential
+        steps against an attention layer's one); None for a Transformer."""
+        if not self.config.traits.recurrent:
+            return None
+        w = self.workload
+        return recurrent_summary(self.config, 1 if w.phase == "decode" else w.seq, w.batch, ACTIVATION_BYTES[w.dtype])
+
     def to_dict(self, include_ops: bool = True) -> dict:
         w = self.workload
         d = {
@@ -143,6 +153,8 @@ class Ledger:
         }
         if w.phase == "decode":
             d["workload"]["context"] = w.decode_context
+        if self.recurrent is not None:
+            d["recurrent"] = self.recurrent
         if include_ops:
             d["ops"] = [op.to_dict() for op in self.ops]
         return d
@@ -153,6 +165,8 @@ def _component(op: Op) -> str:
         return "cross_attention" if ".cross_attn." in op.name else "attention"
     if op.kind in ("ffn_up", "ffn_gate", "ffn_down"):
         return "ffn"
+    if op.kind in ("rnn_input", "rnn_hidden"):
+        return "recurrent"
     if op.kind == "norm":
         return "norm" if not op.name.startswith("mlm_head") else "lm_head"
     return op.kind  # embedding, position, pooler, lm_head

@@ -128,6 +128,8 @@ def memory_breakdown(ledger) -> dict:
 
 def _kv_per_token(ledger) -> int:
     """Self-attention KV-cache bytes per cached token per sequence: 2 x layers x kv_heads x head_dim x bytes."""
+    if ledger.config.traits.recurrent:
+        return 0  # an RNN's state has a fixed size, whatever the tokens read
     c, w = ledger.config, ledger.workload
     layers = sum(len(st.layers) for st in ledger.architecture.stacks if st.causal)  # a bidirectional stack caches nothing
     return 2 * layers * c.n_kv_heads * c.head_dim * ACTIVATION_BYTES[w.dtype]

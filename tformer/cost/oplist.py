@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tformer.cost import ops as O
-from tformer.cost.architecture import MLP, Architecture, Attention, Linear, Norm, Stack
+from tformer.cost.architecture import MLP, Architecture, Attention, Linear, Norm, Recurrent, Stack
 from tformer.cost.attention import attention_rows, costed_kind
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param
 from tformer.cost.ops import MatMul, Op
+from tformer.cost.recurrent import CELL_FLOPS_PER_UNIT, STATES
 from tformer.cost.workload import ACTIVATION_BYTES, INDEX_BYTES, LOSS_BYTES, MASK_BYTES, WEIGHT_BYTES, Workload
 
 
@@ -125,6 +126,9 @@ class OpListBuilder:
             rows = self.w.batch * tokens.tq
             self.embed(st, tokens, rows)
             for layer in st.layers:
+                if isinstance(layer, Recurrent):
+                    self.recurrent(layer, st.name, tokens, rows)
+                    continue
                 for att in layer.attention:
                     self.attention(att, layer.index, st, tokens, rows)
                 self.mlp(layer.mlp, layer.index, st.name, rows)
@@ -229,6 +233,35 @@ class OpListBuilder:
                          saved=saved, shapes=f"[{rows}, {f}] {spec.activation}" + (" * up" if gated else ""))
         self.linear(spec.down, i, stack, rows)
         self.residual(spec.path + ".residual", i, stack, rows)
+
+    def recurrent(self, spec: Recurrent, stack: str, t: Tokens, rows: int) -> None:
+        """Per direction: the input projection of every token at once (one matmul, as cuDNN runs it), the
+        hidden projection one step at a time (t.tq products of (B, h) x (h, G h), each reading W_hh and
+        waiting for the last), and the gates' element-wise work. The state (h, and c for an LSTM) is the
+        cache generation keeps."""
+        a, wb, B, T = self.a, self.wb, self.w.batch, t.tq
+        g, h = spec.gates * spec.d_hidden, spec.d_hidden
+        for direction in range(spec.directions):
+            sfx = spec.suffix(direction)
+            self.linear(Linear(f"{spec.path}.weight_ih{sfx}", "rnn_input", spec.d_in, g, spec.bias), spec.index,
+                        stack, rows)
+            bias = g if spec.bias else 0
+            self.add(Op(
+                name=f"{spec.path}.weight_hh{sfx}", kind="rnn_hidden", layer=spec.index, phase="forward", stack=stack,
+                shapes=f"{T} steps x " + O.matmul_label((B, h), (h, g)) + (" + bias" if spec.bias else ""),
+                dims=MatMul(T, B, h, g), matmul_flops=O.matmul_flops(B, h, g, batch=T), other_flops=rows * bias,
+                # Backward: both gradients at every step but the first, whose input (the zero initial state)
+                # takes none.
+                backward_matmul_flops=2 * O.matmul_flops(B, h, g, batch=T) - O.matmul_flops(B, g, h),
+                bytes_read=rows * h * a + T * (g * h + bias) * wb, bytes_written=rows * g * a,
+                params=g * h + bias, weight_bytes=T * (g * h + bias) * wb, saved_bytes=rows * h * a))
+            states = STATES[spec.cell]
+            self.elementwise(
+                f"{spec.path}.cell{sfx}", "rnn_gates", spec.index, stack, rows * h, CELL_FLOPS_PER_UNIT[spec.cell],
+                reads=2 * spec.gates + states, saved=rows * (g + (states - 1) * h) * a,
+                shapes=f"{T} steps x [{B}, {g}] {spec.cell} gates")
+            if self.keep_cache:
+                self.ops[-1].cache_bytes = states * B * h * a
 
     def residual(self, name, i, stack, rows) -> None:
         elems = rows * self.c.d_model

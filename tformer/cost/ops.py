@@ -19,6 +19,7 @@ from typing import NamedTuple
 KINDS = (
     "embedding", "position", "norm", "qkv_proj", "rope", "scores", "softmax", "context", "out_proj",
     "ffn_up", "ffn_gate", "activation", "ffn_down", "residual", "pooler", "lm_head", "loss", "optimizer",
+    "rnn_input", "rnn_hidden", "rnn_gates",  # a recurrent layer: all tokens' input projection, per-step parts
 )
 PHASES = ("forward", "recompute", "backward", "optimizer")
 

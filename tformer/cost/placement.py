@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tformer.cost.architecture import Architecture, Linear, describe
+from tformer.cost.architecture import Architecture, Linear, Recurrent, describe
 from tformer.cost.layout import layer_count
 
 # How tensor parallelism cuts a Linear's tensors: (weight, bias) -> "rows" (dim 0), "cols" (dim 1), "whole".
@@ -80,6 +80,9 @@ def placed_tensors(arch: Architecture) -> list[PlacedTensor]:
         whole(st.embed_norm, span.start)
         for layer in st.layers:
             i = span[layer.index]
+            if isinstance(layer, Recurrent):  # a recurrent layer's gate matrices stay whole on every rank
+                whole(layer, i, True)
+                continue
             for att in layer.attention:
                 whole(att.norm, i, True)
                 for lin in (att.q, att.k, att.v):

@@ -365,11 +365,15 @@ HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
                 ({"lm_head": False}, "bert", "BertModel")),
     "encoder-decoder": (({"position": "learned"}, "bart", "BartForConditionalGeneration"),
                         ({"position": "relative"}, "t5", "T5ForConditionalGeneration")),
+    "rnn": (),  # transformers has no recurrent language model
 }
 
 
 def hf_family(config: ModelConfig) -> tuple[str, str]:
     """(model_type, architecture class) that ``config`` would be saved as."""
+    if not HF_FAMILIES.get(config.arch, True):
+        raise TformerError(f"{config.traits.label} has no Hugging Face counterpart; keep it as a tformer checkpoint "
+                           "(the training output folder: config.json + model.safetensors)")
     for requires, model_type, architecture in HF_FAMILIES.get(config.arch, ()):
         if all(v(getattr(config, k)) if callable(v) else getattr(config, k) == v for k, v in requires.items()):
             return model_type, architecture

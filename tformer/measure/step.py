@@ -126,8 +126,9 @@ class StepRunner:
     def _infer(self) -> None:
         phase = self.workload.phase
         if phase == "decode":
-            kv = self.cache.kv
-            # A recurrent state (linear attention, Performer) cannot forget a position: put it back instead.
+            # An RNN's cache is its state, held by the cache record itself (no KV cache).
+            kv = self.cache.kv if self.cache.kv is not None else self.cache
+            # A recurrent state (linear attention, Performer, an RNN) cannot forget a position: put it back instead.
             saved = kv.snapshot() if kv.recurrent else None
             self.runner.step(self.cache, self.next_ids)
             if saved is not None:

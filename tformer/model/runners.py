@@ -32,6 +32,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.model.base import IGNORE_INDEX, TransformerModel
 from tformer.model.cache import KVCache
+from tformer.model.rnn import select_state
 
 
 @dataclass
@@ -311,7 +312,80 @@ class EncoderDecoderRunner(Runner):
             cache.kv = self.model.new_cache(max_length=cache.kv.max_length)
 
 
+@dataclass
+class RecurrentCache(Cache):
+    """An RNN's cache is its state: h (layers, N, d_hidden), and c for an LSTM. Its size does not grow
+    with the tokens read. ``stateful`` False: keep the ids (and their padding) and rerun them every step."""
+
+    stateful: bool = True
+    state: object | None = None
+    mask: torch.Tensor | None = None  # (N, t) 1 = real token; kept only when rerunning a padded batch
+
+    recurrent = True  # as KVCache.recurrent: a step folds the token in, so snapshot/restore, never rewind
+
+    def snapshot(self):
+        return self.state
+
+    def restore(self, state) -> None:
+        self.state = state  # a step builds new tensors, so the old ones are intact
+
+    @property
+    def nbytes(self) -> int:
+        parts = self.state if isinstance(self.state, tuple) else (self.state,) if self.state is not None else ()
+        return sum(p.numel() * p.element_size() for p in parts)
+
+
+class RecurrentRunner(Runner):
+    """A recurrent LM (arch='rnn'): prefill runs the prompt through the recurrence once, each step
+    one token from the state left by the last; the prompt's padding (left) leaves the state as it was."""
+
+    def new_cache(self, rows, max_len=None, kv=True) -> RecurrentCache:
+        return RecurrentCache(rows, None, stateful=kv)
+
+    def _run(self, cache: RecurrentCache, ids, mask, state, all_logits=False):
+        out = self.model(ids, attention_mask=mask, past_key_values=state, logits_to_keep=0 if all_logits else 1)
+        if cache.stateful:
+            cache.state = out.past_key_values
+        return out.logits if all_logits else out.logits[:, -1]
+
+    def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
+        if source is not None:
+            raise TformerError("a recurrent language model reads no source; give the prompt as its ids")
+        self._check_rows(cache, ids)
+        if ids.shape[1] == 0:
+            return None
+        mask = mask if mask is not None and not bool(mask.all()) else None
+        if not cache.stateful:
+            cache.ids, cache.mask = ids, mask
+        return self._run(cache, ids, mask, None, all_logits)
+
+    def step(self, cache, tokens):
+        new = tokens[:, None]
+        if cache.stateful:
+            return self._run(cache, new, None, cache.state)
+        cache.ids = torch.cat([cache.ids, new], dim=1)
+        if cache.mask is not None:
+            cache.mask = F.pad(cache.mask, (0, 1), value=1)
+        return self._run(cache, cache.ids, cache.mask, None)  # no state kept: the whole prefix again
+
+    def reorder(self, cache, index):
+        super().reorder(cache, index)
+        if cache.state is not None:
+            cache.state = select_state(cache.state, index)
+        if cache.mask is not None:
+            cache.mask = cache.mask[index]
+
+    def rewind(self, cache, n):
+        if n > 0 and cache.stateful:
+            raise TformerError("an RNN's state cannot forget tokens it has read (it folds them all in); "
+                               "rewinding needs a Transformer's KV cache, or a cache made with kv=False")
+        super().rewind(cache, n)
+        if cache.mask is not None and n > 0:
+            cache.mask = cache.mask[:, :-n]
+
+
 RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner}
+RUNNERS["rnn"] = RecurrentRunner
 
 
 def runner_for(model) -> Runner:
@@ -322,4 +396,4 @@ def runner_for(model) -> Runner:
 
 
 __all__ = ["Batch", "Cache", "DecoderCache", "DecoderRunner", "EncoderDecoderRunner", "EncoderRunner", "Runner",
-           "Seq2SeqCache", "positions_from_mask", "runner_for"]
+           "Seq2SeqCache", "positions_from_mask", "runner_for", "RecurrentCache", "RecurrentRunner"]

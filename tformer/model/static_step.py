@@ -35,6 +35,9 @@ def check_static_step(config) -> None:
     if not config.traits.decoder:
         raise TformerError(f"--compile speeds up decoding, and this {config.traits.label} model does not generate; "
                            "drop --compile")
+    if config.traits.recurrent:
+        raise TformerError("the compiled decode step walks attention blocks over a KV cache, and this recurrent model "
+                           "has none (its step is one cell update); drop --compile")
     kind = config.attn_impl
     if ATTN_KINDS[kind].family != "exact" and kind != "sliding":
         raise TformerError(f"the compiled decode step runs exact or sliding-window attention; this model runs '{kind}'. "
