@@ -52,6 +52,15 @@ def save(section: str, data: dict, m: dict) -> Path:
     return path
 
 
+def write(section: str, record: dict, m: dict, json_path: str | None, file_it: bool, indent: str = "") -> None:
+    """A bench's last act: ``record`` to ``json_path`` (--json) if given, and filed under bench/results/
+    as ``section`` unless --no-save; both written whole or not at all."""
+    if json_path:
+        atomic_write_text(json_path, json.dumps(record, indent=1) + "\n")
+    if file_it:
+        print(f"{indent}saved in {save(section, record, m)}")
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """Plain columns, left-aligned, two spaces apart."""
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]

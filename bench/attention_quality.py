@@ -16,7 +16,6 @@ left-to-right char model and is listed as skipped.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -24,7 +23,6 @@ import time
 
 import torch
 
-from tformer.core.atomic import atomic_write_text
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.config import preset
 from tformer.core.errors import TformerError
@@ -108,10 +106,7 @@ def main(argv=None) -> int:
               "eval_batches": evals, "model": MODEL, "kinds": results, "skipped": notes}
     rows = quality_rows(record)
     print("\n" + _results.table(QUALITY_HEADERS, rows))
-    if args.json:
-        atomic_write_text(args.json, json.dumps(record, indent=1) + "\n")
-    if not args.no_save:
-        print(f"saved to {_results.save('attention_quality', record, machine)}")
+    _results.write("attention_quality", record, machine, args.json, not args.no_save)
     return 0
 
 

@@ -17,12 +17,10 @@ predicted peak passes --memory-budget-gib; the line under each table says where 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from tformer.core import fmt
-from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
 from tformer.measure.attention_sweep import (
     CROSSOVER_HEADERS,
@@ -105,10 +103,7 @@ def main(argv=None) -> int:
               "kinds": [r.to_dict() for r in results],
               "crossover": {r.kind: {m: crossover(results, r.kind, m)[1] for m in spec.modes} for r in results},
               "guide": selection_guide(results, guide_mode), "target": target}
-    if args.json:
-        atomic_write_text(args.json, json.dumps(record, indent=1) + "\n")
-    if not args.no_save:
-        print(f"saved to {_results.save('attention_scaling', record, machine)}")
+    _results.write("attention_scaling", record, machine, args.json, not args.no_save)
     return 0
 
 

@@ -30,7 +30,6 @@ What is measured (CPU, fp32, random weights: speed does not depend on the values
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -362,11 +361,7 @@ def main(argv=None) -> int:
                               + (f", HF static+compiled {first['hf_static_compiled_tokens_per_s']:,.0f}"
                                  if first.get("hf_static_compiled_tokens_per_s") else "") + " tok/s")
         print(results["summary"])
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    if not args.no_save:
-        print(f"saved in {_results.save('decode_speed', results, machine)}")
+    _results.write("decode_speed", results, machine, args.json, not args.no_save)
     return 0
 
 

@@ -23,7 +23,6 @@ implementation of the same model on the same BLAS must keep.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -35,7 +34,6 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
 
-from tformer.core.atomic import atomic_write_text  # noqa: E402
 from tformer.core.config import preset  # noqa: E402
 from tformer.core.errors import TformerError  # noqa: E402
 from tformer.core.fmt import si  # noqa: E402
@@ -241,11 +239,8 @@ def main(argv=None) -> int:
                          + (f", {spec:.0%} of the spec peak" if spec else "") + "; "
                          + ", ".join(f"{k} {v:.2f}x" for k, v in record["ratios"].items()))
     print(record["summary"])
-    if args.json:
-        atomic_write_text(args.json, json.dumps(record, indent=1) + "\n")
-    if not args.no_save:
-        section = "train_throughput" if cpu else f"train_throughput_{slug(device_name)}"
-        print(f"  saved in {_results.save(section, record, machine)}")
+    section = "train_throughput" if cpu else f"train_throughput_{slug(device_name)}"
+    _results.write(section, record, machine, args.json, not args.no_save, indent="  ")
     return 0
 
 

@@ -15,8 +15,8 @@ from tformer.model.rnn_lm import RecurrentLM
 from tformer.model.runners import Batch, Runner, runner_for
 from tformer.model.compiled import compiled_runner
 
-ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel}
-ARCHITECTURES["rnn"] = RecurrentLM
+ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel,
+                 "rnn": RecurrentLM}
 
 
 def build(config, device=None, dtype=None, init: bool = True) -> TransformerModel:

@@ -243,7 +243,6 @@ def compiled_runner(model: TransformerModel, mode: str | None = None, backend: s
     if backend not in BACKENDS:
         raise TformerError(f"compile backend {backend!r} is unknown; use one of: {', '.join(BACKENDS)}")
     base = runner_for(model)
-    check_static_step(model.config)
     decoders = model.__dict__.setdefault("_static_decoders", {})  # a plain attribute: not in the state dict
     key = (mode, backend)
     found, param = decoders.get(key), next(model.parameters())

@@ -384,8 +384,8 @@ class RecurrentRunner(Runner):
             cache.mask = cache.mask[:, :-n]
 
 
-RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner}
-RUNNERS["rnn"] = RecurrentRunner
+RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner,
+           "rnn": RecurrentRunner}
 
 
 def runner_for(model) -> Runner:
