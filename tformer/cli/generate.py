@@ -14,7 +14,8 @@ from pathlib import Path
 from tformer.core.errors import TformerError
 
 NAME = "generate"
-HELP = "Generate text with the KV cache (greedy, sampling or beam search); prints prefill and decode tokens/s."
+HELP = ("Generate text with the KV cache (greedy, sampling or beam search; --compile for a compiled step); prints "
+        "prefill and decode tokens/s.")
 MAX_BATCH = 65536  # copies of one prompt; more is a typo, not a workload
 
 

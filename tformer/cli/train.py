@@ -13,7 +13,8 @@ from tformer.cost.ledger import Workload, ledger
 from tformer.machine import resolve_hardware
 
 NAME = "train"
-HELP = "Train a model: causal LM (decoder), masked LM (encoder) or seq2seq (encoder-decoder)."
+HELP = ("Train a model: causal LM (decoder, RNN), masked LM (encoder) or seq2seq (encoder-decoder); --objective "
+        "picks span corruption, BART denoising or a prefix LM instead.")
 
 
 def add_arguments(p) -> None:
