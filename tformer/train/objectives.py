@@ -7,6 +7,12 @@ others corrupt windows of a plain-text token stream:
     span-corruption  T5: 15% of tokens in spans of mean length 3, each span -> one sentinel (enc-dec)
     denoise          BART: sentence permutation, then Poisson(3) spans -> one mask each (enc-dec)
     prefix-lm        a decoder sees a random prefix bidirectionally and predicts the rest (decoder)
+    mlm+nsp          BERT: [CLS] A [SEP] B [SEP], masked tokens + is B the text after A? (encoder)
+    mlm+sop          ALBERT: the same rows from two consecutive segments + are they swapped? (encoder)
+
+The sentence-pair objectives switch on the heads they train (pooler and 2-class pair head, with the MLM
+head), as Hugging Face's BertForPreTraining / AlbertForPreTraining always have them; they need two
+segment ids (type_vocab_size >= 2), which a RoBERTa or DistilBERT config lacks.
 
 Ids the tokenizer lacks (pad, start, end, mask, T5's sentinels) are added above its vocabulary, so
 the model's vocabulary is the tokenizer's plus those; the sentinels take the very top ids, as in T5
@@ -19,9 +25,10 @@ import inspect
 from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
+from tformer.data.mlm import mask_tokens
 from tformer.data.objectives import infill, permute_sentences, span_corrupt, span_counts
 from tformer.model import ARCHITECTURES
-from tformer.train.sources import CorruptedTextSource, PrefixLMSource
+from tformer.train.sources import CorruptedTextSource, PrefixLMSource, SentencePairSource
 
 # Kinds that read the whole mask (its dense bias), so a prefix LM's mask is honoured; the others read
 # mask.causal and would treat the prefix as causal.
@@ -33,6 +40,7 @@ SENTENCE_END = "."
 class Objective:
     needs: str  # the architecture it trains: "decoder" (decoder-only), "encoder" (encoder-only), "encoder-decoder"
     summary: str
+    adds: str = ""  # heads it switches on in the model it trains (said in the run's first line)
 
 
 OBJECTIVES = {
@@ -42,8 +50,14 @@ OBJECTIVES = {
     "span-corruption": Objective("encoder-decoder", "T5: noise spans -> sentinels, target = sentinels + spans"),
     "denoise": Objective("encoder-decoder", "BART: sentence permutation + text infilling, target = the text"),
     "prefix-lm": Objective("decoder", "bidirectional over a random prefix, causal after; loss after the prefix"),
+    "mlm+nsp": Objective("encoder", "BERT: masked tokens + next-sentence prediction on [CLS] A [SEP] B [SEP]",
+                         "pooler + 2-class pair head + MLM head switched on"),
+    "mlm+sop": Objective("encoder", "ALBERT: masked tokens + sentence-order prediction on [CLS] A [SEP] B [SEP]",
+                         "pooler + 2-class pair head + MLM head switched on"),
 }
-TEXT_OBJECTIVES = ("span-corruption", "denoise", "prefix-lm")  # built here; the others in setup.build_run
+PAIR_OBJECTIVES = {"mlm+nsp": "nsp", "mlm+sop": "sop"}  # objective -> tformer.data.pairs task
+# built here; the others in setup.build_run
+TEXT_OBJECTIVES = ("span-corruption", "denoise", "prefix-lm", *PAIR_OBJECTIVES)
 _FIX = {"decoder": "a decoder-only model (e.g. --preset gpt2)",
         "encoder": "an encoder-only model (e.g. --preset bert-base)",
         "encoder-decoder": "an encoder-decoder model (e.g. --preset t5-small or bart-base)"}
@@ -68,12 +82,22 @@ def resolve_objective(name: str | None, config) -> str:
     if name == "prefix-lm" and config.attn_impl not in PREFIX_KINDS:
         raise TformerError(f"prefix-lm needs an attention kind that reads the full mask ({', '.join(PREFIX_KINDS)}), "
                            f"not {config.attn_impl}; --set attn_impl=sdpa")
+    if name in PAIR_OBJECTIVES and config.type_vocab_size < 2:
+        raise TformerError(f"--objective {name} needs segment ids 0 and 1, but this config has type_vocab_size "
+                           f"{config.type_vocab_size}; --set type_vocab_size=2 (or train RoBERTa-style with mlm)")
     return name
+
+
+def pair_heads(config):
+    """The model a sentence-pair objective trains: ``config`` with the MLM head, pooler and pair head on."""
+    return config.replace(lm_head=True, pooler=True, pair_head=True)
 
 
 def text_objective(name: str, tok, train_ids, val_ids, seq_len: int, seed: int, config):
     """(config with its vocabulary and special ids set, batch source) for one of TEXT_OBJECTIVES."""
     base = tok.vocab_size
+    if name in PAIR_OBJECTIVES:
+        return _pair_objective(name, tok, train_ids, val_ids, seq_len, seed, config)
     if name == "prefix-lm":
         config = config.replace(vocab_size=base)
         if "prefix_length" not in inspect.signature(ARCHITECTURES[config.arch].forward).parameters:
@@ -108,3 +132,22 @@ def text_objective(name: str, tok, train_ids, val_ids, seq_len: int, seed: int, 
                             decoder_start_token_id=start)
     source = CorruptedTextSource(train_ids, val_ids, window, seed, corrupt, pad, start, end, target_len)
     return config, source
+
+
+def _pair_objective(name, tok, train_ids, val_ids, seq_len, seed, config):
+    """mlm+nsp / mlm+sop: [CLS], [SEP] (the tokenizer's, else its start / end tokens) and [MASK]; each one
+    the tokenizer lacks is added above its vocabulary."""
+    base, specials = tok.vocab_size, getattr(tok, "special_ids", {})
+    wanted = [specials.get("cls", getattr(tok, "bos_id", None)), specials.get("sep", getattr(tok, "eos_id", None)),
+              tok.mask_id]
+    ids, vocab = [], base
+    for have in wanted:
+        ids.append(vocab if have is None else have)
+        vocab += have is None
+    cls_id, sep_id, mask_id = ids
+
+    def mask_fn(rows, generator):  # random replacements come from the text's own tokens, never an added id
+        return mask_tokens(rows, mask_id, base, generator, special_ids=(cls_id, sep_id, getattr(tok, "pad_id", None)))
+
+    config = pair_heads(config).replace(vocab_size=vocab)
+    return config, SentencePairSource(train_ids, val_ids, seq_len, seed, PAIR_OBJECTIVES[name], cls_id, sep_id, mask_fn)
