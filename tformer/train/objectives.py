@@ -22,75 +22,24 @@ the model's vocabulary is the tokenizer's plus those; the sentinels take the ver
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
+from tformer.core.objectives import (  # noqa: F401 (the objectives' facts, re-exported for the train layer)
+    OBJECTIVES,
+    PAIR_OBJECTIVES,
+    PREFIX_KINDS,
+    TEXT_OBJECTIVES,
+    Objective,
+    pair_heads,
+    resolve_objective,
+    span_counts,
+)
 from tformer.data.mlm import mask_tokens
-from tformer.data.objectives import infill, permute_sentences, span_corrupt, span_counts
+from tformer.data.objectives import infill, permute_sentences, span_corrupt
 from tformer.model import ARCHITECTURES
 from tformer.train.sources import CorruptedTextSource, PrefixLMSource, SentencePairSource
 
-# Kinds that read the whole mask (its dense bias), so a prefix LM's mask is honoured; the others read
-# mask.causal and would treat the prefix as causal.
-PREFIX_KINDS = ("sdpa", "reference")
 SENTENCE_END = "."
-
-
-@dataclass(frozen=True)
-class Objective:
-    needs: str  # the architecture it trains: "decoder" (decoder-only), "encoder" (encoder-only), "encoder-decoder"
-    summary: str
-    adds: str = ""  # heads it switches on in the model it trains (said in the run's first line)
-
-
-OBJECTIVES = {
-    "causal": Objective("decoder", "next-token prediction"),
-    "mlm": Objective("encoder", "BERT's masked tokens (a new mask every time a window is drawn)"),
-    "seq2seq": Objective("encoder-decoder", "translation pairs, teacher forcing"),
-    "span-corruption": Objective("encoder-decoder", "T5: noise spans -> sentinels, target = sentinels + spans"),
-    "denoise": Objective("encoder-decoder", "BART: sentence permutation + text infilling, target = the text"),
-    "prefix-lm": Objective("decoder", "bidirectional over a random prefix, causal after; loss after the prefix"),
-    "mlm+nsp": Objective("encoder", "BERT: masked tokens + next-sentence prediction on [CLS] A [SEP] B [SEP]",
-                         "pooler + 2-class pair head + MLM head switched on"),
-    "mlm+sop": Objective("encoder", "ALBERT: masked tokens + sentence-order prediction on [CLS] A [SEP] B [SEP]",
-                         "pooler + 2-class pair head + MLM head switched on"),
-}
-PAIR_OBJECTIVES = {"mlm+nsp": "nsp", "mlm+sop": "sop"}  # objective -> tformer.data.pairs task
-# built here; the others in setup.build_run
-TEXT_OBJECTIVES = ("span-corruption", "denoise", "prefix-lm", *PAIR_OBJECTIVES)
-_FIX = {"decoder": "a decoder-only model (e.g. --preset gpt2)",
-        "encoder": "an encoder-only model (e.g. --preset bert-base)",
-        "encoder-decoder": "an encoder-decoder model (e.g. --preset t5-small or bart-base)"}
-
-
-def _kind(config) -> str:
-    traits = config.traits
-    return "encoder-decoder" if traits.seq2seq else "decoder" if traits.decoder else "encoder"
-
-
-def resolve_objective(name: str | None, config) -> str:
-    """The objective to train ``config`` on: its architecture's own when ``name`` is None; an unknown name or
-    one the architecture cannot train is a TformerError naming the problem and the fix."""
-    if name is None:
-        return config.traits.objective
-    if name not in OBJECTIVES:
-        raise TformerError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
-    needs = OBJECTIVES[name].needs
-    if _kind(config) != needs or (needs == "decoder" and config.traits.objective != "causal"):
-        raise TformerError(f"--objective {name} trains {_FIX[needs].split(' (')[0]}, but this is "
-                           f"{config.traits.label}; use {_FIX[needs]} or another --objective")
-    if name == "prefix-lm" and config.attn_impl not in PREFIX_KINDS:
-        raise TformerError(f"prefix-lm needs an attention kind that reads the full mask ({', '.join(PREFIX_KINDS)}), "
-                           f"not {config.attn_impl}; --set attn_impl=sdpa")
-    if name in PAIR_OBJECTIVES and config.type_vocab_size < 2:
-        raise TformerError(f"--objective {name} needs segment ids 0 and 1, but this config has type_vocab_size "
-                           f"{config.type_vocab_size}; --set type_vocab_size=2 (or train RoBERTa-style with mlm)")
-    return name
-
-
-def pair_heads(config):
-    """The model a sentence-pair objective trains: ``config`` with the MLM head, pooler and pair head on."""
-    return config.replace(lm_head=True, pooler=True, pair_head=True)
 
 
 def text_objective(name: str, tok, train_ids, val_ids, seq_len: int, seed: int, config):
