@@ -77,3 +77,49 @@ def test_objective_the_model_cannot_train_is_one_line_exit_2(tmp_path, corpus, m
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+# Sentence-pair objectives (BERT's NSP, ALBERT's SOP) ------------------------------------------------------------
+TINY_ALBERT = ["--preset", "albert-base", "--set", "n_layers=2", "--set", "d_model=16", "--set", "n_heads=2",
+               "--set", "d_ff=32", "--set", "embed_dim=8", "--set", "max_positions=32"]
+
+
+@pytest.mark.parametrize("model, objective", [(TINY_BERT, "mlm+nsp"), (TINY_ALBERT, "mlm+sop")])
+def test_pair_objective_trains_with_heads_switched_on_and_pair_accuracy(tmp_path, corpus, model, objective):
+    out = tmp_path / "run"
+    result = _train(tmp_path, *model, "--objective", objective, "--data", str(corpus), "--max-steps", "3",
+                    "--out", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{objective} objective (pooler + 2-class pair head + MLM head switched on)" in result.stdout
+    assert "step      3/3" in result.stdout and "pair acc" in result.stdout
+    weights = load_file(str(out / "model.safetensors"))
+    assert weights["pair_head.weight"].shape == (2, 16) and "pooler.dense.weight" in weights
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and 0 <= records[-1]["val_pair_accuracy"] <= 1
+
+
+@pytest.mark.parametrize("objective", ["mlm+nsp", "mlm+sop"])
+def test_pair_objective_resumes_bit_exact(tmp_path, corpus, objective):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    args = [*TINY_BERT, "--objective", objective, "--data", str(corpus), "--ckpt-interval", "2"]
+    assert _train(tmp_path, *args, "--max-steps", "4", "--out", str(straight)).returncode == 0
+    assert _train(tmp_path, *args, "--max-steps", "2", "--out", str(resumed)).returncode == 0
+    again = _train(tmp_path, "--resume", "--max-steps", "4", "--out", str(resumed))
+    assert again.returncode == 0, again.stderr[-2000:]
+    a, b = load_file(str(straight / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("model, objective, message", [
+    (TINY_GPT, "mlm+nsp", "--objective mlm+nsp trains an encoder-only model, but this is a decoder-only model"),
+    (TINY_T5, "mlm+sop", "--objective mlm+sop trains an encoder-only model, but this is an encoder-decoder model"),
+    ([*TINY_BERT, "--set", "type_vocab_size=0"], "mlm+nsp", "needs segment ids 0 and 1, but this config has "
+                                                            "type_vocab_size 0; --set type_vocab_size=2"),
+    ([*TINY_BERT, "--set", "type_vocab_size=1"], "mlm+sop", "--set type_vocab_size=2"),
+])
+def test_pair_objective_the_model_cannot_train_is_one_line_exit_2(tmp_path, corpus, model, objective, message):
+    result = _train(tmp_path, *model, "--objective", objective, "--data", str(corpus), "--max-steps", "1",
+                    "--out", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0

@@ -17,6 +17,7 @@ from tformer.cli._cost_common import (
 from tformer.cli._parallel_print import print_parallel
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.core.objectives import OBJECTIVES, objective_config
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
 from tformer.cost.roofline import roofline
@@ -33,11 +34,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ops", action="store_true", help="print the per-op table")
     parser.add_argument("--convention", choices=["exact", "course"], default="exact",
                         help="course: also show the course assignment's per-layer count beside the exact one")
+    parser.add_argument("--objective", metavar="NAME",
+                        help=f"count the model `tformer train --objective NAME` builds ({' | '.join(OBJECTIVES)}): "
+                             "its extra heads and added ids, for a tokenizer with no special ids")
 
 
 def run(args) -> int:
     config = load_config(args)
     workload = load_workload(args, config)
+    added = None
+    if args.objective:
+        base = ledger(config, workload)
+        config = objective_config(args.objective, config, workload.seq)
+        added = _objective_adds(args.objective, base, ledger(config, workload))
     device = load_device(args.hardware)
     lg = ledger(config, workload)
     roof = roofline(lg, device, args.efficiency) if device is not None else None
@@ -56,6 +65,8 @@ def run(args) -> int:
             out["flops"]["course_assignment"] = course
             out["conventions"]["course_assignment"] = _COURSE_NOTE
         out["memory"]["per_device"] = par["per_device"]
+        if added is not None:
+            out["objective"] = added
         for key in ("layout", "communication", "pipeline", "time", "devices_needed"):
             if key in par:
                 out["parallel_time" if key == "time" else key] = par[key]
@@ -67,10 +78,25 @@ def run(args) -> int:
                 op["time_s"], op["bound"], op["attainable_flops"] = t.time_s, t.bound, t.attainable_flops
         print(json.dumps(out, indent=1))
         return 0
+    if added is not None:
+        console().print(f"objective [bold]{added['name']}[/]: {added['changes']}; adds "
+                        f"{fmt.params(added['params'], word=True)} and {fmt.flops(added['flops'])} per step "
+                        f"({fmt.flops(added['matmul_flops'])} matmul)")
     _print_tables(lg, roof, alternatives, course, args.ops)
     if not layout.single or "devices_needed" in par:
         print_parallel(par, workload)
     return 0
+
+
+def _objective_adds(name: str, base, trained) -> dict:
+    """What training on objective ``name`` adds to the model as configured: parameters, FLOPs per step
+    (this workload's phase), and the config fields it changes."""
+    changes = {k: v for k, v in trained.config.to_dict().items() if base.config.to_dict().get(k) != v}
+    said = ", ".join(f"{k} {base.config.to_dict().get(k)} -> {v}" for k, v in changes.items()) or "nothing changed"
+    return {"name": name, "summary": OBJECTIVES[name].summary, "config_changes": changes, "changes": said,
+            "params": trained.params["total"] - base.params["total"],
+            "flops": trained.flops["total"] - base.flops["total"],
+            "matmul_flops": trained.flops["matmul"] - base.flops["matmul"]}
 
 
 _COURSE_NOTE = ("course assignment: 20·T·d² + 4·T²·d per layer — the four attention projections counted in MACs "

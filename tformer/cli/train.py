@@ -14,7 +14,7 @@ from tformer.machine import resolve_hardware
 
 NAME = "train"
 HELP = ("Train a model: causal LM (decoder, RNN), masked LM (encoder) or seq2seq (encoder-decoder); --objective "
-        "picks span corruption, BART denoising or a prefix LM instead.")
+        "picks span corruption, BART denoising, a prefix LM, or BERT's mlm+nsp / ALBERT's mlm+sop instead.")
 
 
 def add_arguments(p) -> None:
@@ -28,8 +28,8 @@ def add_arguments(p) -> None:
     src.add_argument("--config", help="a tformer or Hugging Face config JSON")
     src.add_argument("--hf", help="fine-tune from a Hugging Face-format checkpoint directory")
     src.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
-    src.add_argument("--objective", help="causal | mlm | seq2seq | span-corruption | denoise | prefix-lm "
-                                         "(default: the architecture's own)")
+    src.add_argument("--objective", help="causal | mlm | seq2seq | span-corruption | denoise | prefix-lm | "
+                                         "mlm+nsp | mlm+sop (default: the architecture's own)")
     data = p.add_argument_group("data")
     data.add_argument("--data",
                       help="shakespeare (default) | wikitext2 | tatoeba-en-es | copy | reverse | a text file or folder")
@@ -165,7 +165,7 @@ def _train(args, out: Path, world, log, progress) -> int:
         save_run_files(out, run_, {"command": NAME, **vars(args), "train_args": asdict(targs)})
         n = run_.model.num_parameters()
         log(f"training {run_.model.config.name} ({run_.model.config.arch}, {n:,} parameters) on {args.data}: "
-            f"{run_.objective} objective, {targs.batch_size} x {run_.source.tokens_per_row} tokens per step, "
+            f"{run_.objective} objective{_adds(run_.objective)}, {targs.batch_size} x {run_.source.tokens_per_row} tokens per step, "
             f"{world.size} process(es), {device}")
     with stop_on_signals(trainer):
         result = trainer.run()
@@ -183,6 +183,16 @@ def _train(args, out: Path, world, log, progress) -> int:
         log(f"done: step {result['step']}, val loss {result['val_loss']:.4f} nats/token "
             f"(ppl {math.exp(min(result['val_loss'], 50)):.2f}); weights in {out / 'model.safetensors'}")
     return 0
+
+
+def _adds(objective: str) -> str:
+    """What the objective switched on in the model, for the run's first line."""
+
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.train.objectives import OBJECTIVES
+
+    adds = OBJECTIVES[objective].adds if objective in OBJECTIVES else ""
+    return f" ({adds})" if adds else ""
 
 
 def _report_decoding(run_, out, log) -> None:

@@ -252,8 +252,9 @@ class Architecture:
     def loss_skips(self) -> tuple[str, ...]:
         """Name prefixes of the parameters a training loss never reaches: BERT's pooler when the
         masked-token head gives the loss (the pooler's output is returned, but nothing scores it).
-        They run forward, get no gradient and no optimizer state."""
-        if self.pooler is None or self.mlm_head is None:
+        They run forward, get no gradient and no optimizer state. A pair head (NSP / SOP) is there to be
+        trained: its loss (mlm+nsp, mlm+sop) reaches the pooler and the head, so nothing is skipped."""
+        if self.pooler is None or self.mlm_head is None or self.pair_head is not None:
             return ()
         return (self.pooler.path.split(".")[0] + ".",) + ((self.pair_head.path,) if self.pair_head is not None else ())
 

@@ -19,20 +19,10 @@ from __future__ import annotations
 
 import torch
 
-from tformer.core.errors import TformerError
+from tformer.core.objectives import MEAN_SPAN, NOISE_DENSITY, span_counts
 
-NOISE_DENSITY = 0.15
-MEAN_SPAN = 3.0
 INFILL_FRACTION = 0.3
 POISSON_LAMBDA = 3.0
-
-
-def span_counts(length: int, noise_density: float = NOISE_DENSITY, mean_span: float = MEAN_SPAN) -> tuple[int, int]:
-    """(noise tokens, noise spans) of a row of ``length`` tokens: fixed by the length, as in T5."""
-    if length < 2:
-        raise TformerError(f"span corruption needs rows of at least 2 tokens; got {length}: raise --seq-len")
-    noise = min(max(round(length * noise_density), 1), length - 1)
-    return noise, max(round(noise / mean_span), 1)
 
 
 def _composition(total: int, parts: int, generator: torch.Generator) -> torch.Tensor:

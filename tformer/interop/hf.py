@@ -42,7 +42,6 @@ _IGNORABLE = [
         r"(^|\.)crossattention\.bias$",
         r"(^|\.)rotary_emb\.(inv_freq|original_inv_freq)$",  # LLaMA
         r"(^|\.)embeddings\.(position_ids|token_type_ids)$",  # BERT
-        r"^cls\.seq_relationship\.",  # BERT's next-sentence head (BertForPreTraining)
         r"(^|\.)(encoder|decoder)\.version$",  # fairseq leftovers in BART files
         r"^decoder\.block\.0\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight$",  # unused in T5
     )

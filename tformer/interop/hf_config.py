@@ -221,6 +221,7 @@ def _bert(d: dict) -> dict:
         final_norm=False, embedding_norm=True, activation=_activation(d.get("hidden_act", "gelu"), "bert"),
         bias=True, type_vocab_size=d.get("type_vocab_size", 2), pooler=not mlm or "BertForPreTraining" in archs,
         lm_head=mlm, tied_embeddings=d.get("tie_word_embeddings", True) is not False,
+        pair_head="BertForPreTraining" in archs,  # NSP: cls.seq_relationship on the pooler
         pad_token_id=_token_id(d, "pad_token_id", 0), bos_token_id=_token_id(d, "bos_token_id"),
         eos_token_id=_token_id(d, "eos_token_id"),
         **_dropouts("bert", dropout=d.get("hidden_dropout_prob", 0.1),
@@ -361,6 +362,7 @@ HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
                 ({"type_vocab_size": 0, "pooler": False, "norm_eps": 1e-12, "lm_head": True}, "distilbert",
                  "DistilBertForMaskedLM"),
                 ({"type_vocab_size": 0, "pooler": False, "norm_eps": 1e-12}, "distilbert", "DistilBertModel"),
+                ({"pair_head": True}, "bert", "BertForPreTraining"),
                 ({"lm_head": True}, "bert", "BertForMaskedLM"),
                 ({"lm_head": False}, "bert", "BertModel")),
     "encoder-decoder": (({"position": "learned"}, "bart", "BartForConditionalGeneration"),
@@ -470,7 +472,7 @@ _WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "be
 # BERT's head, pooler and segment table, T5's tied head, BART's logits bias (a zero one is written
 # when ours has none: same outputs); and LLaMA's rope_original_positions where the file computes the same.
 _FROM_WEIGHTS = {
-    "bert": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler,
+    "bert": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler, pair_head=c.pair_head,
                                          type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0),
     "roberta": lambda back, c: back.replace(lm_head=c.lm_head, pooler=c.pooler,
                                             type_vocab_size=back.type_vocab_size if c.type_vocab_size else 0),

@@ -57,6 +57,8 @@ def _bert_body(c, p: str) -> list[Rule]:
 
 def bert_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     rules = _bert_body(c, p)
+    if c.pair_head:  # BertForPreTraining's next-sentence head
+        rules += linear_rules("cls.seq_relationship", "pair_head", True)
     if not c.lm_head:
         return rules, []
     return _mlm_head(c, rules, "cls.predictions.", ("transform.dense", "transform.LayerNorm", "bias"),
@@ -114,7 +116,7 @@ ENCODER_EMBEDDING = {t: ("embeddings.word_embeddings.weight", head) for t, head 
     ("distilbert", "vocab_projector.weight"), ("albert", "predictions.decoder.weight"))}
 # Which heads a file holds, told by its tensors: (MLM head prefix, pooler weight under the body prefix,
 # pair head weight or None).
-_HEADS = {"bert": ("cls.predictions.", "pooler.dense.weight", None),
+_HEADS = {"bert": ("cls.predictions.", "pooler.dense.weight", "cls.seq_relationship.weight"),
           "roberta": ("lm_head.", "pooler.dense.weight", None),
           "distilbert": ("vocab_", None, None),
           "albert": ("predictions.", "pooler.weight", "sop_classifier.classifier.weight")}

@@ -41,6 +41,7 @@ class Batch:
 
     inputs: dict[str, torch.Tensor]  # keyword arguments of the model's forward
     targets: torch.Tensor  # (B, T) token ids; -100 = not scored
+    pair_targets: torch.Tensor | None = None  # (B,) NSP / SOP class of each row (the pair head's target)
 
     def shard(self, rank: int, world: int) -> "Batch":
         """This rank's rows of a global batch (rows are split evenly, in order)."""
@@ -48,10 +49,12 @@ class Batch:
             return self
         rows = self.targets.shape[0] // world
         part = slice(rank * rows, (rank + 1) * rows)
-        return Batch({k: v[part] for k, v in self.inputs.items()}, self.targets[part])
+        pair = self.pair_targets[part] if self.pair_targets is not None else None
+        return Batch({k: v[part] for k, v in self.inputs.items()}, self.targets[part], pair)
 
     def to(self, device) -> "Batch":
-        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device))
+        pair = self.pair_targets.to(device) if self.pair_targets is not None else None
+        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device), pair)
 
 
 def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -144,12 +147,15 @@ class Runner:
         return (module if module is not None else self.model)(**batch.inputs)
 
     def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False) -> torch.Tensor:
-        """Mean cross-entropy (nats) of the logits against ``batch.targets`` over scored positions.
+             stand_in: bool = False, pair_counts: list | None = None) -> torch.Tensor:
+        """Mean cross-entropy (nats) of the logits against ``batch.targets`` over scored positions; with
+        ``batch.pair_targets`` (NSP / SOP) plus the pair head's mean cross-entropy, as BertForPreTraining's
+        total loss.
 
         autocast: a context entered around the forward pass only; the loss is computed in fp32.
         stand_in: a model with no head (an encoder without lm_head) scores nothing; return the sum
         of its outputs instead, so a backward pass can still be run and timed.
+        pair_counts: a list to which [correct, rows] of the pair head's predictions is appended (evaluation).
         """
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
@@ -160,8 +166,17 @@ class Runner:
                                    "build it with lm_head=true to train it")
             t = out.pooler_output if out.pooler_output is not None else out.last_hidden_state
             return t.float().sum()
-        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
                                ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
+        if batch.pair_targets is None:
+            return loss
+        if out.pair_logits is None:
+            raise TformerError("this batch has sentence-pair labels but the model has no pair head; "
+                               "build it with pooler=true and pair_head=true")
+        pair = out.pair_logits.float()
+        if pair_counts is not None:
+            pair_counts.append([int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets)])
+        return loss + F.cross_entropy(pair, batch.pair_targets)
 
     # Generation: only the runners of models with a decoder implement these ----------------------
     def _no_decoder(self):

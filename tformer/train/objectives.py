@@ -7,6 +7,12 @@ others corrupt windows of a plain-text token stream:
     span-corruption  T5: 15% of tokens in spans of mean length 3, each span -> one sentinel (enc-dec)
     denoise          BART: sentence permutation, then Poisson(3) spans -> one mask each (enc-dec)
     prefix-lm        a decoder sees a random prefix bidirectionally and predicts the rest (decoder)
+    mlm+nsp          BERT: [CLS] A [SEP] B [SEP], masked tokens + is B the text after A? (encoder)
+    mlm+sop          ALBERT: the same rows from two consecutive segments + are they swapped? (encoder)
+
+The sentence-pair objectives switch on the heads they train (pooler and 2-class pair head, with the MLM
+head), as Hugging Face's BertForPreTraining / AlbertForPreTraining always have them; they need two
+segment ids (type_vocab_size >= 2), which a RoBERTa or DistilBERT config lacks.
 
 Ids the tokenizer lacks (pad, start, end, mask, T5's sentinels) are added above its vocabulary, so
 the model's vocabulary is the tokenizer's plus those; the sentinels take the very top ids, as in T5
@@ -16,64 +22,31 @@ the model's vocabulary is the tokenizer's plus those; the sentinels take the ver
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
-from tformer.data.objectives import infill, permute_sentences, span_corrupt, span_counts
+from tformer.core.objectives import (  # noqa: F401 (the objectives' facts, re-exported for the train layer)
+    OBJECTIVES,
+    PAIR_OBJECTIVES,
+    PREFIX_KINDS,
+    TEXT_OBJECTIVES,
+    Objective,
+    pair_heads,
+    resolve_objective,
+    span_counts,
+)
+from tformer.data.mlm import mask_tokens
+from tformer.data.objectives import infill, permute_sentences, span_corrupt
 from tformer.model import ARCHITECTURES
-from tformer.train.sources import CorruptedTextSource, PrefixLMSource
+from tformer.train.sources import CorruptedTextSource, PrefixLMSource, SentencePairSource
 
-# Kinds that read the whole mask (its dense bias), so a prefix LM's mask is honoured; the others read
-# mask.causal and would treat the prefix as causal.
-PREFIX_KINDS = ("sdpa", "reference")
 SENTENCE_END = "."
-
-
-@dataclass(frozen=True)
-class Objective:
-    needs: str  # the architecture it trains: "decoder" (decoder-only), "encoder" (encoder-only), "encoder-decoder"
-    summary: str
-
-
-OBJECTIVES = {
-    "causal": Objective("decoder", "next-token prediction"),
-    "mlm": Objective("encoder", "BERT's masked tokens (a new mask every time a window is drawn)"),
-    "seq2seq": Objective("encoder-decoder", "translation pairs, teacher forcing"),
-    "span-corruption": Objective("encoder-decoder", "T5: noise spans -> sentinels, target = sentinels + spans"),
-    "denoise": Objective("encoder-decoder", "BART: sentence permutation + text infilling, target = the text"),
-    "prefix-lm": Objective("decoder", "bidirectional over a random prefix, causal after; loss after the prefix"),
-}
-TEXT_OBJECTIVES = ("span-corruption", "denoise", "prefix-lm")  # built here; the others in setup.build_run
-_FIX = {"decoder": "a decoder-only model (e.g. --preset gpt2)",
-        "encoder": "an encoder-only model (e.g. --preset bert-base)",
-        "encoder-decoder": "an encoder-decoder model (e.g. --preset t5-small or bart-base)"}
-
-
-def _kind(config) -> str:
-    traits = config.traits
-    return "encoder-decoder" if traits.seq2seq else "decoder" if traits.decoder else "encoder"
-
-
-def resolve_objective(name: str | None, config) -> str:
-    """The objective to train ``config`` on: its architecture's own when ``name`` is None; an unknown name or
-    one the architecture cannot train is a TformerError naming the problem and the fix."""
-    if name is None:
-        return config.traits.objective
-    if name not in OBJECTIVES:
-        raise TformerError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
-    needs = OBJECTIVES[name].needs
-    if _kind(config) != needs or (needs == "decoder" and config.traits.objective != "causal"):
-        raise TformerError(f"--objective {name} trains {_FIX[needs].split(' (')[0]}, but this is "
-                           f"{config.traits.label}; use {_FIX[needs]} or another --objective")
-    if name == "prefix-lm" and config.attn_impl not in PREFIX_KINDS:
-        raise TformerError(f"prefix-lm needs an attention kind that reads the full mask ({', '.join(PREFIX_KINDS)}), "
-                           f"not {config.attn_impl}; --set attn_impl=sdpa")
-    return name
 
 
 def text_objective(name: str, tok, train_ids, val_ids, seq_len: int, seed: int, config):
     """(config with its vocabulary and special ids set, batch source) for one of TEXT_OBJECTIVES."""
     base = tok.vocab_size
+    if name in PAIR_OBJECTIVES:
+        return _pair_objective(name, tok, train_ids, val_ids, seq_len, seed, config)
     if name == "prefix-lm":
         config = config.replace(vocab_size=base)
         if "prefix_length" not in inspect.signature(ARCHITECTURES[config.arch].forward).parameters:
@@ -108,3 +81,22 @@ def text_objective(name: str, tok, train_ids, val_ids, seq_len: int, seed: int, 
                             decoder_start_token_id=start)
     source = CorruptedTextSource(train_ids, val_ids, window, seed, corrupt, pad, start, end, target_len)
     return config, source
+
+
+def _pair_objective(name, tok, train_ids, val_ids, seq_len, seed, config):
+    """mlm+nsp / mlm+sop: [CLS], [SEP] (the tokenizer's, else its start / end tokens) and [MASK]; each one
+    the tokenizer lacks is added above its vocabulary."""
+    base, specials = tok.vocab_size, getattr(tok, "special_ids", {})
+    wanted = [specials.get("cls", getattr(tok, "bos_id", None)), specials.get("sep", getattr(tok, "eos_id", None)),
+              tok.mask_id]
+    ids, vocab = [], base
+    for have in wanted:
+        ids.append(vocab if have is None else have)
+        vocab += have is None
+    cls_id, sep_id, mask_id = ids
+
+    def mask_fn(rows, generator):  # random replacements come from the text's own tokens, never an added id
+        return mask_tokens(rows, mask_id, base, generator, special_ids=(cls_id, sep_id, getattr(tok, "pad_id", None)))
+
+    config = pair_heads(config).replace(vocab_size=vocab)
+    return config, SentencePairSource(train_ids, val_ids, seq_len, seed, PAIR_OBJECTIVES[name], cls_id, sep_id, mask_fn)

@@ -89,7 +89,8 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
             raise TformerError(f"the tokenizer has {tok.vocab_size} tokens but the checkpoint's vocabulary is "
                                f"{config.vocab_size}; use the checkpoint's own tokenizer")
         if objective == "mlm":
-            config = config.replace(lm_head=True)
+            # A pair head only trains under mlm+nsp / mlm+sop; masked tokens alone would leave it unreached.
+            config = config.replace(lm_head=True, pair_head=False)
 
             specials = [tok.pad_id, getattr(tok, "cls_id", None), getattr(tok, "sep_id", None)]
 

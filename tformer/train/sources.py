@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.data.pairs import check_pair_stream, pair_batch
 from tformer.data.seq2seq import collate
 from tformer.model.base import IGNORE_INDEX
 from tformer.model.runners import Batch  # what a runner's loss reads: model inputs + targets
@@ -139,3 +140,19 @@ class CorruptedTextSource(CausalLMSource):
         plain = super()._windows(ids, rows, generator).inputs["input_ids"]
         pairs = [tuple(t.tolist() for t in self.corrupt(row, generator)) for row in plain]
         return seq2seq_batch(pairs, self.pad_id, self.bos_id, self.eos_id)
+
+
+class SentencePairSource(CausalLMSource):
+    """BERT's pretraining rows (tformer.data.pairs): [CLS] A [SEP] B [SEP] filling the window, segment
+    ids, BERT masking on top (``mask_fn``, which never picks [CLS]/[SEP]) and one NSP / SOP label per row."""
+
+    def __init__(self, train_ids, val_ids, seq_len: int, seed: int, task: str, cls_id: int, sep_id: int, mask_fn):
+        super().__init__(train_ids, val_ids, seq_len, seed)
+        check_pair_stream(len(train_ids), seq_len, "the training split")
+        check_pair_stream(len(val_ids), seq_len, "the validation split")
+        self.task, self.cls_id, self.sep_id, self.mask_fn = task, cls_id, sep_id, mask_fn
+
+    def _windows(self, ids, rows, generator):
+        pairs = pair_batch(ids, rows, self.seq_len, self.task, generator, self.cls_id, self.sep_id)
+        corrupted, targets = self.mask_fn(pairs.input_ids, generator)
+        return Batch({"input_ids": corrupted, "token_type_ids": pairs.token_type_ids}, targets, pairs.labels)
