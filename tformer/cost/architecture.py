@@ -184,10 +184,11 @@ class Recurrent:
 @dataclass(frozen=True)
 class Bridge:
     """arch='rnn-seq2seq' with a bidirectional encoder: Linears from its 2h-wide outputs (``memory``, every
-    source position) and final states (``state``: each layer's h, and c for an LSTM) to the decoder's h."""
+    source position; none without attention, which never reads them) and final states (``state``: each
+    layer's h, and c for an LSTM) to the decoder's h."""
 
     index: int  # the encoder's last layer (where a layout places it)
-    memory: Linear
+    memory: Linear | None
     state: Linear
     states: int  # state tensors per layer: 2 for an LSTM (h, c), else 1
     layers: int
@@ -448,7 +449,8 @@ def _rnn_seq2seq(c, tok: Table) -> Architecture:
     enc = tuple(Recurrent(i, "encoder", c.cell, c.d_model if i == 0 else directions * h, h, bias, directions)
                 for i in range(L))
     if c.bidirectional:
-        enc += (Bridge(L - 1, Linear("bridge.memory", "rnn_bridge", 2 * h, h, bias),
+        memory = Linear("bridge.memory", "rnn_bridge", 2 * h, h, bias) if c.rnn_attention != "none" else None
+        enc += (Bridge(L - 1, memory,
                        Linear("bridge.state", "rnn_bridge", 2 * h, h, bias), 2 if c.cell == "lstm" else 1, L),)
     d_in, width = rnn_seq2seq_widths(c)
     dec = tuple(Recurrent(i, "decoder", c.cell, d_in if i == 0 else h, h, bias, state_grad=True) for i in range(L))

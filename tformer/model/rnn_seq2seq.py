@@ -78,7 +78,7 @@ class RecurrentSeq2Seq(TransformerModel):
         self.encoder = recurrent(c.cell, c.d_model, c.d_hidden, c.n_layers, bidirectional=c.bidirectional, **rnn)
         bridge = next((b for b in arch.stack("encoder").layers if isinstance(b, Bridge)), None)
         self.bridge = None if bridge is None else nn.ModuleDict(
-            {"memory": Linear.described(bridge.memory), "state": Linear.described(bridge.state)})
+            {spec.path.split(".")[-1]: Linear.described(spec) for spec in (bridge.memory, bridge.state) if spec})
         d_in, _ = rnn_seq2seq_widths(c)
         self.decoder = recurrent(c.cell, d_in, c.d_hidden, c.n_layers, **rnn)
         att = next((a for a in arch.stack("decoder").layers if isinstance(a, RecurrentAttention)), None)
@@ -119,7 +119,7 @@ class RecurrentSeq2Seq(TransformerModel):
                 out, state = self.encoder(packed)
                 out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
         if self.bridge is not None:
-            out = self.bridge["memory"](out)
+            out = self.bridge["memory"](out) if "memory" in self.bridge else out  # no attention: never read
             state = tuple(map(self._bridge_state, state)) if isinstance(state, tuple) else self._bridge_state(state)
         return Memory(out, mask, self._keys(out), state, order)
 
