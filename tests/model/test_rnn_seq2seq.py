@@ -149,7 +149,8 @@ def test_greedy_and_beam_search_through_generate(kind):
     sources = [[5, 6, 7, 8], [9, 10]]
     greedy = generate(m, sources, config=GenerationConfig(max_new_tokens=5, do_sample=False, stop_tokens=[]),
                       decoder_input_ids=[[1], [1]])
-    rerun = generate(m, sources, config=GenerationConfig(max_new_tokens=5, do_sample=False, stop_tokens=[], use_cache=False),
+    rerun = generate(m, sources, config=GenerationConfig(max_new_tokens=5, do_sample=False, stop_tokens=[],
+                                                         use_cache=False),
                      decoder_input_ids=[[1], [1]])
     assert [len(s) for s in greedy.sequences] == [5, 5] and greedy.sequences == rerun.sequences
     beams = generate(m, sources, config=GenerationConfig(max_new_tokens=5, num_beams=3, stop_tokens=[]),

@@ -77,8 +77,10 @@ ARCH_FIELDS = {
                                                "arch='encoder'; set share_layers=false"),
     "pair_head": (lambda c: c.pair_head, "pair_head (NSP/SOP classifier) only applies to arch='encoder'"),
     "cell": (lambda c: c.cell is not None, "cell (lstm, gru, rnn) only applies to arch='rnn' and 'rnn-seq2seq'"),
-    "d_hidden": (lambda c: c.d_hidden is not None, "d_hidden (the recurrent state's width) only applies to arch='rnn' and 'rnn-seq2seq'"),
-    "rnn_teaching": (lambda c: c.rnn_teaching, "rnn_teaching (the written-out cells) only applies to arch='rnn' and 'rnn-seq2seq'"),
+    "d_hidden": (lambda c: c.d_hidden is not None,
+                 "d_hidden (the recurrent state's width) only applies to arch='rnn' and 'rnn-seq2seq'"),
+    "rnn_teaching": (lambda c: c.rnn_teaching,
+                     "rnn_teaching (the written-out cells) only applies to arch='rnn' and 'rnn-seq2seq'"),
     "rnn_attention": (lambda c: c.rnn_attention is not None,
                       "rnn_attention (Bahdanau or Luong) only applies to arch='rnn-seq2seq'"),
     "bidirectional": (lambda c: c.bidirectional, "bidirectional (the recurrent encoder read both ways) only applies "

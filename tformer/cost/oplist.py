@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tformer.cost import ops as O
-from tformer.cost.architecture import (MLP, Architecture, Attention, Bridge, Linear, Norm, Recurrent, RecurrentAttention,
-                                      Stack)
+from tformer.cost.architecture import (MLP, Architecture, Attention, Bridge, Linear, Norm, Recurrent,
+                                      RecurrentAttention, Stack)
 from tformer.cost.attention import attention_rows, costed_kind
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param

@@ -66,7 +66,8 @@ def rnn_seq2seq_summary(config, seq: int, seq_decoder: int, batch: int, bytes_pe
         "attention_step_flops": attention_step_flops(kind, h, seq),
         "attention_keys_flops": attention_keys_flops(kind, h, seq),
         "state_bytes": state_bytes(c.cell, h, batch, L, 1, bytes_per_element),
-        "cache_bytes": state_bytes(c.cell, h, batch, L, 1, bytes_per_element) + batch * (memory + feed) * bytes_per_element,
+        "cache_bytes": state_bytes(c.cell, h, batch, L, 1, bytes_per_element)
+        + batch * (memory + feed) * bytes_per_element,
         "sequential_steps_per_layer": sequential_steps(True, seq_decoder),
         "encoder_sequential_steps_per_layer": sequential_steps(True, seq),
         "sequential_steps_attention_layer": sequential_steps(False, seq_decoder),
