@@ -117,6 +117,11 @@ def _print_recurrent(con, rec: dict) -> None:
               f"{fmt.nbytes_gb(rec['state_bytes'])} (fixed, whatever the length); "
               f"{rec['sequential_steps_per_layer']:,} sequential steps per layer (an attention layer: "
               f"{rec['sequential_steps_attention_layer']})")
+    if "attention" in rec:  # arch='rnn-seq2seq'
+        con.print(f"  attention: [bold]{rec['attention']}[/], {rec['attention_params']:,} parameters; "
+                  f"{fmt.flops(rec['attention_step_flops'])} matmul per decoder step (grows with the source), "
+                  f"{fmt.flops(rec['attention_keys_flops'])} once per source for its keys; the encoder takes "
+                  f"{rec['encoder_sequential_steps_per_layer']:,} sequential steps per layer")
 
 
 def _print_tables(lg, roof, alternatives, course, show_ops) -> None:

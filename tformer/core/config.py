@@ -56,6 +56,11 @@ ARCH_TRAITS = {
     "rnn": ArchTraits(encoder=False, decoder=True, objective="causal", label="a recurrent language model",
                       phases=_DECODING, compared_phases=("train", "prefill", "decode"),
                       fields=frozenset({"cell", "d_hidden", "rnn_teaching"}), recurrent=True),
+    "rnn-seq2seq": ArchTraits(encoder=True, decoder=True, objective="seq2seq",
+                              label="a recurrent encoder-decoder model", phases=_DECODING,
+                              compared_phases=("train", "prefill", "decode"),
+                              fields=frozenset({"cell", "d_hidden", "rnn_teaching", "rnn_attention", "bidirectional",
+                                                "rnn_input_feeding"}), recurrent=True),
 }
 ARCHS = tuple(ARCH_TRAITS)
 # Architecture-specific fields: (is it in use?, the error when the architecture does not accept it).
@@ -71,11 +76,21 @@ ARCH_FIELDS = {
     "share_layers": (lambda c: c.share_layers, "share_layers (ALBERT's one layer across depth) only applies to "
                                                "arch='encoder'; set share_layers=false"),
     "pair_head": (lambda c: c.pair_head, "pair_head (NSP/SOP classifier) only applies to arch='encoder'"),
-    "cell": (lambda c: c.cell is not None, "cell (lstm, gru, rnn) only applies to arch='rnn'"),
-    "d_hidden": (lambda c: c.d_hidden is not None, "d_hidden (the recurrent state's width) only applies to arch='rnn'"),
-    "rnn_teaching": (lambda c: c.rnn_teaching, "rnn_teaching (the written-out cells) only applies to arch='rnn'"),
+    "cell": (lambda c: c.cell is not None, "cell (lstm, gru, rnn) only applies to arch='rnn' and 'rnn-seq2seq'"),
+    "d_hidden": (lambda c: c.d_hidden is not None,
+                 "d_hidden (the recurrent state's width) only applies to arch='rnn' and 'rnn-seq2seq'"),
+    "rnn_teaching": (lambda c: c.rnn_teaching,
+                     "rnn_teaching (the written-out cells) only applies to arch='rnn' and 'rnn-seq2seq'"),
+    "rnn_attention": (lambda c: c.rnn_attention is not None,
+                      "rnn_attention (Bahdanau or Luong) only applies to arch='rnn-seq2seq'"),
+    "bidirectional": (lambda c: c.bidirectional, "bidirectional (the recurrent encoder read both ways) only applies "
+                                                 "to arch='rnn-seq2seq'"),
+    "rnn_input_feeding": (lambda c: c.rnn_input_feeding is not None,
+                          "rnn_input_feeding (Luong's) only applies to arch='rnn-seq2seq'"),
 }
 CELLS = ("lstm", "gru", "rnn")  # tformer.model.rnn: LSTM, GRU, Elman (tanh)
+# arch='rnn-seq2seq': how the decoder reads the encoder (tformer.model.rnn_seq2seq)
+RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "none")
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
@@ -105,6 +120,8 @@ DERIVED = {
     "n_decoder_layers": lambda c: c.n_layers if c.traits.seq2seq else None,
     "cell": lambda c: "lstm" if c.traits.recurrent else None,
     "d_hidden": lambda c: c.d_model if c.traits.recurrent else None,
+    "rnn_attention": lambda c: "bahdanau" if c.arch == "rnn-seq2seq" else None,
+    "rnn_input_feeding": lambda c: True if c.arch == "rnn-seq2seq" else None,
 }
 
 
@@ -173,6 +190,11 @@ class ModelConfig:
     cell: str | None = None  # lstm | gru | rnn (Elman, tanh); None = lstm
     d_hidden: int | None = None  # the hidden state's width; None = d_model
     rnn_teaching: bool = False  # run the written-out cells (tformer.model.rnn) instead of torch's kernel
+    # arch='rnn-seq2seq': a recurrent encoder (n_layers, optionally bidirectional) and decoder (n_layers)
+    # joined by attention over the encoder's outputs: bahdanau (additive), luong-dot, luong-general, none.
+    rnn_attention: str | None = None  # None = bahdanau
+    bidirectional: bool = False  # encoder only; its 2 x d_hidden outputs and states are bridged to d_hidden
+    rnn_input_feeding: bool | None = None  # Luong: feed the last attentional vector to the next step; None = true
 
     dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -241,6 +263,14 @@ class ModelConfig:
             choice("cell", CELLS)
         if self.d_hidden is not None:
             _whole("d_hidden", self.d_hidden, low=1)
+        if self.rnn_attention is not None:
+            choice("rnn_attention", RNN_ATTENTIONS)
+        if self.rnn_input_feeding is not None and not isinstance(self.rnn_input_feeding, bool):
+            raise TformerError(f"rnn_input_feeding must be true or false, got {self.rnn_input_feeding!r}")
+        attention = self.rnn_attention or "bahdanau"
+        if self.rnn_input_feeding is False and self.arch == "rnn-seq2seq" and not attention.startswith("luong"):
+            raise TformerError(f"rnn_input_feeding is Luong's; rnn_attention='{attention}' has none to turn off "
+                               "(drop rnn_input_feeding, or use luong-dot / luong-general)")
 
         positive = ["n_layers", "d_model", "n_heads", "d_ff", "vocab_size", "max_positions"]
         optional_positive = ["n_decoder_layers", "n_kv_heads", "head_dim"]

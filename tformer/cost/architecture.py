@@ -158,6 +158,7 @@ class Recurrent:
     d_hidden: int
     bias: bool
     directions: int = 1
+    state_grad: bool = False  # the initial state takes a gradient (a decoder's, from the encoder), not zeros
 
     attention = ()  # no attention: walkers of ``layer.attention`` find none
 
@@ -178,6 +179,45 @@ class Recurrent:
                 out[sfx.format("bias_ih")] = (g * h,)
                 out[sfx.format("bias_hh")] = (g * h,)
         return out
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """arch='rnn-seq2seq' with a bidirectional encoder: Linears from its 2h-wide outputs (``memory``, every
+    source position; none without attention, which never reads them) and final states (``state``: each
+    layer's h, and c for an LSTM) to the decoder's h."""
+
+    index: int  # the encoder's last layer (where a layout places it)
+    memory: Linear | None
+    state: Linear
+    states: int  # state tensors per layer: 2 for an LSTM (h, c), else 1
+    layers: int
+
+    attention = ()
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return _merge(self.memory, self.state)
+
+
+@dataclass(frozen=True)
+class RecurrentAttention:
+    """arch='rnn-seq2seq': the decoder's attention over the encoder's outputs (tformer.model.rnn_seq2seq).
+    bahdanau: keys W_h (once per source), query W_s, score v; luong-general: keys W_a (once per source);
+    luong-*: combine W_c (the attentional vector); luong-dot: no weights in the score."""
+
+    index: int  # the decoder's last layer
+    path: str
+    kind: str  # bahdanau | luong-dot | luong-general
+    d_hidden: int
+    keys: Linear | None
+    query: Linear | None
+    score: Linear | None
+    combine: Linear | None
+
+    attention = ()
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return _merge(self.keys, self.query, self.score, self.combine)
 
 
 @dataclass(frozen=True)
@@ -301,6 +341,8 @@ def describe(config) -> Architecture:
                             lm_head=_lm_head(c, rescale=c.rescale_tied_head, logits_bias=c.final_logits_bias))
     if c.arch == "rnn":
         return _rnn(c, tok)
+    if c.arch == "rnn-seq2seq":
+        return _rnn_seq2seq(c, tok)
     raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
 
 
@@ -386,3 +428,45 @@ def _rnn(c, tok: Table) -> Architecture:
     tied = c.tied_embeddings and c.d_hidden == c.d_model
     head = LMHead(Linear("lm_head", "lm_head", c.d_hidden, c.vocab_size, False, tied=tied))
     return Architecture(c.arch, tok, None, (stack,), lm_head=head)
+
+
+def rnn_seq2seq_widths(c) -> tuple[int, int]:
+    """arch='rnn-seq2seq': (the decoder's first-layer input width, the LM head's input width). Bahdanau's
+    decoder reads [embedding; context] and its head [s_t; c_t]; Luong's reads [embedding; h~_{t-1}] with
+    input feeding and its head h~_t; without attention, the embedding and s_t."""
+    h = c.d_hidden
+    if c.rnn_attention == "bahdanau":
+        return c.d_model + h, 2 * h
+    feeding = c.rnn_attention.startswith("luong") and c.rnn_input_feeding
+    return c.d_model + (h if feeding else 0), h
+
+
+def _rnn_seq2seq(c, tok: Table) -> Architecture:
+    """Embedding -> recurrent encoder ("encoder", both ways if bidirectional, then a bridge to width h) ->
+    recurrent decoder ("decoder", started from the encoder's final state) with attention ("attention") over
+    the encoder's outputs -> LM head. The token table serves both sides, as in the Transformer."""
+    h, L, bias = c.d_hidden, c.n_layers, c.bias
+    directions = 2 if c.bidirectional else 1
+    enc = tuple(Recurrent(i, "encoder", c.cell, c.d_model if i == 0 else directions * h, h, bias, directions)
+                for i in range(L))
+    if c.bidirectional:
+        memory = Linear("bridge.memory", "rnn_bridge", 2 * h, h, bias) if c.rnn_attention != "none" else None
+        enc += (Bridge(L - 1, memory,
+                       Linear("bridge.state", "rnn_bridge", 2 * h, h, bias), 2 if c.cell == "lstm" else 1, L),)
+    d_in, width = rnn_seq2seq_widths(c)
+    dec = tuple(Recurrent(i, "decoder", c.cell, d_in if i == 0 else h, h, bias, state_grad=True) for i in range(L))
+    kind = c.rnn_attention
+    if kind != "none":
+        def lin(name, d_in_, d_out):  # the papers' attention layers have no bias
+            return Linear(f"attention.{name}", "rnn_attention", d_in_, d_out, False)
+        dec += (RecurrentAttention(
+            L - 1, "attention", kind, h,
+            keys=lin("key_proj", h, h) if kind in ("bahdanau", "luong-general") else None,
+            query=lin("query_proj", h, h) if kind == "bahdanau" else None,
+            score=lin("score", h, 1) if kind == "bahdanau" else None,
+            combine=lin("combine", 2 * h, h) if kind.startswith("luong") else None),)
+    stacks = (Stack("encoder", False, False, (tok,), Positions("none"), None, enc, None),
+              Stack("decoder", True, True, (tok,), Positions("none"), None, dec, None))
+    tied = c.tied_embeddings and width == c.d_model
+    return Architecture(c.arch, tok, None, stacks, lm_head=LMHead(Linear("lm_head", "lm_head", width, c.vocab_size,
+                                                                         False, tied=tied)))

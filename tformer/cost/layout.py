@@ -88,7 +88,7 @@ class Layout:
 
 
 def layer_count(config) -> int:
-    return config.n_layers + (config.n_decoder_layers or config.n_layers if config.arch == "encoder-decoder" else 0)
+    return config.n_layers + (config.n_decoder_layers or config.n_layers if config.traits.seq2seq else 0)
 
 
 __all__ = ["MAX_DEVICES", "ZERO_ALIASES", "Layout", "layer_count", "parse_zero"]

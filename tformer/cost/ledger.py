@@ -20,6 +20,7 @@ from tformer.cost.memory import memory_breakdown
 from tformer.cost.oplist import OpListBuilder, stack_tokens
 from tformer.cost.ops import Op
 from tformer.cost.recurrent import recurrent_summary
+from tformer.cost.recurrent_attention import rnn_seq2seq_summary
 from tformer.cost.rules import rules_of_thumb
 from tformer.cost.workload import ACTIVATION_BYTES, Workload
 
@@ -136,6 +137,9 @@ class Ledger:
         if not self.config.traits.recurrent:
             return None
         w = self.workload
+        if self.config.arch == "rnn-seq2seq":
+            target = 1 if w.phase == "decode" else w.seq_decoder or w.seq
+            return rnn_seq2seq_summary(self.config, w.seq, target, w.batch, ACTIVATION_BYTES[w.dtype])
         return recurrent_summary(self.config, 1 if w.phase == "decode" else w.seq, w.batch, ACTIVATION_BYTES[w.dtype])
 
     def to_dict(self, include_ops: bool = True) -> dict:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tformer.cost import ops as O
-from tformer.cost.architecture import MLP, Architecture, Attention, Linear, Norm, Recurrent, Stack
+from tformer.cost.architecture import (MLP, Architecture, Attention, Bridge, Linear, Norm, Recurrent,
+                                      RecurrentAttention, Stack)
 from tformer.cost.attention import attention_rows, costed_kind
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param
@@ -128,6 +129,9 @@ class OpListBuilder:
             for layer in st.layers:
                 if isinstance(layer, Recurrent):
                     self.recurrent(layer, st.name, tokens, rows)
+                    continue
+                if isinstance(layer, (Bridge, RecurrentAttention)):  # arch='rnn-seq2seq'
+                    (self.bridge if isinstance(layer, Bridge) else self.recurrent_attention)(layer, st.name, tokens)
                     continue
                 for att in layer.attention:
                     self.attention(att, layer.index, st, tokens, rows)
@@ -251,8 +255,9 @@ class OpListBuilder:
                 shapes=f"{T} steps x " + O.matmul_label((B, h), (h, g)) + (" + bias" if spec.bias else ""),
                 dims=MatMul(T, B, h, g), matmul_flops=O.matmul_flops(B, h, g, batch=T), other_flops=rows * bias,
                 # Backward: both gradients at every step but the first, whose input (the zero initial state)
-                # takes none.
-                backward_matmul_flops=2 * O.matmul_flops(B, h, g, batch=T) - O.matmul_flops(B, g, h),
+                # takes none; a decoder's initial state comes from the encoder and takes one.
+                backward_matmul_flops=2 * O.matmul_flops(B, h, g, batch=T) - (0 if spec.state_grad
+                                                                               else O.matmul_flops(B, g, h)),
                 bytes_read=rows * h * a + T * (g * h + bias) * wb, bytes_written=rows * g * a,
                 params=g * h + bias, weight_bytes=T * (g * h + bias) * wb, saved_bytes=rows * h * a))
             states = STATES[spec.cell]
@@ -262,6 +267,47 @@ class OpListBuilder:
                 shapes=f"{T} steps x [{B}, {g}] {spec.cell} gates")
             if self.keep_cache:
                 self.ops[-1].cache_bytes = states * B * h * a
+
+    def bridge(self, spec: Bridge, stack: str, t: Tokens) -> None:
+        """A bidirectional encoder's outputs (every source position) and final states to the decoder's width."""
+        if spec.memory is not None:
+            self.linear(spec.memory, spec.index, stack, self.w.batch * t.tq)
+        self.linear(spec.state, spec.index, stack, spec.layers * spec.states * self.w.batch)
+
+    def recurrent_attention(self, spec: RecurrentAttention, stack: str, t: Tokens) -> None:
+        """The decoder's attention over S = t.cross_keys encoder outputs for T = t.tq steps (tformer.model.rnn_seq2seq):
+        the keys' source-side projection once per source (not in a decode step: the cache holds it), then per step
+        the scores (Bahdanau: W_s s, tanh, v; Luong: a product with the keys), softmax, context and (Luong) W_c."""
+        a, B, T, S, h, i = self.a, self.w.batch, t.tq, t.cross_keys, spec.d_hidden, spec.index
+        if spec.keys is not None and not t.cross_cached:
+            self.linear(spec.keys, i, stack, B * S)
+        if spec.kind == "bahdanau":
+            self.linear(spec.query, i, stack, B * T)
+            self.elementwise(f"{spec.path}.tanh", "activation", i, stack, B * T * S * h, 2, reads=2,
+                             saved=B * T * S * h * a, shapes=f"tanh([{B}, {T}, 1, {h}] + [{B}, 1, {S}, {h}])")
+            self.linear(spec.score, i, stack, B * T * S)
+        else:
+            self._bmm(f"{spec.path}.scores", "scores", i, stack, B, T, h, S)
+        self.elementwise(f"{spec.path}.softmax", "softmax", i, stack, B * T * S, O.SOFTMAX_FLOPS_PER_ELEMENT,
+                         saved=B * T * S * a, shapes=f"[{B}, {T}, {S}] over the source")
+        last = self._bmm(f"{spec.path}.context", "context", i, stack, B, T, S, h)
+        if spec.combine is not None:
+            self.linear(spec.combine, i, stack, B * T)
+            last = self.elementwise(f"{spec.path}.combine_tanh", "activation", i, stack, B * T * h, 1,
+                                    saved=B * T * h * a, shapes=f"tanh([{B}, {T}, {h}])")
+        if self.keep_cache:  # the cache keeps the memory and its keys (Luong-dot: the same tensor), the feed
+            keys = 0 if spec.kind == "luong-dot" else B * S * h
+            feed = B * h if spec.combine is not None and self.c.rnn_input_feeding else 0
+            last.cache_bytes = (B * S * h + keys + feed) * a
+
+    def _bmm(self, name, kind, layer, stack, batch, m, k, n) -> Op:
+        """A batched product of activations (B, m, k) @ (B, k, n); both operands take a gradient."""
+        a = self.a
+        return self.add(Op(name=name, kind=kind, layer=layer, phase="forward", stack=stack,
+                           shapes=O.matmul_label((batch, m, k), (batch, k, n)), dims=MatMul(batch, m, k, n),
+                           matmul_flops=O.matmul_flops(m, k, n, batch=batch),
+                           bytes_read=batch * (m * k + k * n) * a, bytes_written=batch * m * n * a,
+                           saved_bytes=batch * (m * k + k * n) * a))
 
     def residual(self, name, i, stack, rows) -> None:
         elems = rows * self.c.d_model

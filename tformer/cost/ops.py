@@ -20,6 +20,7 @@ KINDS = (
     "embedding", "position", "norm", "qkv_proj", "rope", "scores", "softmax", "context", "out_proj",
     "ffn_up", "ffn_gate", "activation", "ffn_down", "residual", "pooler", "lm_head", "loss", "optimizer",
     "rnn_input", "rnn_hidden", "rnn_gates",  # a recurrent layer: all tokens' input projection, per-step parts
+    "rnn_bridge", "rnn_attention",  # rnn-seq2seq: a bidirectional encoder's bridge; the decoder's attention
 )
 PHASES = ("forward", "recompute", "backward", "optimizer")
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tformer.cost.architecture import Architecture, Linear, Recurrent, describe
+from tformer.cost.architecture import Architecture, Bridge, Linear, Recurrent, RecurrentAttention, describe
 from tformer.cost.layout import layer_count
 
 # How tensor parallelism cuts a Linear's tensors: (weight, bias) -> "rows" (dim 0), "cols" (dim 1), "whole".
@@ -50,8 +50,9 @@ def layer_spans(arch: Architecture) -> dict[str, range]:
     """Each stack's layers as indices in run order (encoder layers, then decoder layers)."""
     spans, start = {}, 0
     for st in arch.stacks:
-        spans[st.name] = range(start, start + len(st.layers))
-        start += len(st.layers)
+        depth = max((layer.index for layer in st.layers), default=-1) + 1  # rnn-seq2seq's bridge and attention
+        spans[st.name] = range(start, start + depth)  # blocks sit at their stack's last layer
+        start += depth
     return spans
 
 
@@ -80,7 +81,7 @@ def placed_tensors(arch: Architecture) -> list[PlacedTensor]:
         whole(st.embed_norm, span.start)
         for layer in st.layers:
             i = span[layer.index]
-            if isinstance(layer, Recurrent):  # a recurrent layer's gate matrices stay whole on every rank
+            if isinstance(layer, (Recurrent, Bridge, RecurrentAttention)):  # recurrent blocks stay whole on every rank
                 whole(layer, i, True)
                 continue
             for att in layer.attention:

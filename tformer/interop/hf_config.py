@@ -368,6 +368,7 @@ HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
     "encoder-decoder": (({"position": "learned"}, "bart", "BartForConditionalGeneration"),
                         ({"position": "relative"}, "t5", "T5ForConditionalGeneration")),
     "rnn": (),  # transformers has no recurrent language model
+    "rnn-seq2seq": (),  # nor a recurrent encoder-decoder
 }
 
 

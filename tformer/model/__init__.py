@@ -12,11 +12,12 @@ from tformer.model.encoder import EncoderModel
 from tformer.model.encoder_decoder import EncoderDecoderModel
 from tformer.model.init import init_weights
 from tformer.model.rnn_lm import RecurrentLM
+from tformer.model.rnn_seq2seq import RecurrentSeq2Seq
 from tformer.model.runners import Batch, Runner, runner_for
 from tformer.model.compiled import compiled_runner
 
 ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel,
-                 "rnn": RecurrentLM}
+                 "rnn": RecurrentLM, "rnn-seq2seq": RecurrentSeq2Seq}
 
 
 def build(config, device=None, dtype=None, init: bool = True) -> TransformerModel:
@@ -46,5 +47,5 @@ def with_attention(model: TransformerModel, name: str) -> TransformerModel:
 __all__ = [
     "build", "with_attention", "ATTENTION", "attention_fn", "runner_for", "compiled_runner", "Runner", "Batch",
     "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel",
-    "RecurrentLM",
+    "RecurrentLM", "RecurrentSeq2Seq",
 ]

@@ -70,14 +70,22 @@ CELLS: dict[str, tuple[Callable, int, type[nn.RNNBase]]] = {
 }
 
 
-def run_layer(cell: Callable, x: torch.Tensor, state: State, weights: tuple, reverse: bool = False):
+def run_layer(cell: Callable, x: torch.Tensor, state: State, weights: tuple, reverse: bool = False,
+              mask: torch.Tensor | None = None):
     """One layer in one direction, looping over time: x (B, T, d_in) -> outputs (B, T, h), final state.
-    ``reverse`` reads t = T-1 ... 0 (the backward half of a bidirectional layer); outputs stay in time order."""
+    ``reverse`` reads t = T-1 ... 0 (the backward half of a bidirectional layer); outputs stay in time order.
+    ``mask`` (B, T) bool: a padding step keeps the row's state and outputs zeros (as torch's packed sequences)."""
     steps = range(x.shape[1] - 1, -1, -1) if reverse else range(x.shape[1])
     outputs = [None] * x.shape[1]
     for t in steps:
-        state = cell(x[:, t], state, *weights)
-        outputs[t] = state[0] if isinstance(state, tuple) else state
+        new = cell(x[:, t], state, *weights)
+        if mask is not None:
+            keep = mask[:, t, None]
+            new = tuple(torch.where(keep, n, o) for n, o in zip(new, state)) if isinstance(new, tuple) \
+                else torch.where(keep, new, state)
+        state = new
+        out = state[0] if isinstance(state, tuple) else state
+        outputs[t] = out if mask is None else out * mask[:, t, None]
     if not outputs:
         return x.new_zeros(x.shape[0], 0, weights[1].shape[1]), state
     return torch.stack(outputs, dim=1), state
@@ -101,7 +109,8 @@ class _Teaching:
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
         return tuple(getattr(self, n + suffix) if self.bias or n.startswith("weight") else None for n in names)
 
-    def loop(self, x: torch.Tensor, state: State | None = None):
+    def loop(self, x: torch.Tensor, state: State | None = None, mask: torch.Tensor | None = None):
+        """The written-out layers; ``mask`` (B, T) bool: padding steps leave each row's state as it was."""
         cell = CELLS[self.cell][0]
         lstm = self.cell == "lstm"
         D, h = 2 if self.bidirectional else 1, self.hidden_size
@@ -114,7 +123,7 @@ class _Teaching:
             for direction in range(D):
                 row = layer * D + direction
                 s0 = (state[0][row], state[1][row]) if lstm else state[row]
-                out, s = run_layer(cell, x, s0, self.weights(layer, direction), reverse=bool(direction))
+                out, s = run_layer(cell, x, s0, self.weights(layer, direction), reverse=bool(direction), mask=mask)
                 outs.append(out)
                 finals.append(s)
             x = torch.cat(outs, dim=-1) if D > 1 else outs[0]

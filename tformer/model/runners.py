@@ -399,8 +399,78 @@ class RecurrentRunner(Runner):
             cache.mask = cache.mask[:, :-n]
 
 
+@dataclass
+class RecurrentSeq2SeqCache(RecurrentCache):
+    """arch='rnn-seq2seq': the encoded source (outputs, mask, precomputed keys: tformer.model.rnn_seq2seq.Memory)
+    and the decoder's state (its RNN state and Luong's input-feed vector: DecoderState). None grows with the
+    tokens generated; the memory is the source's size."""
+
+    memory: object | None = None
+
+    @property
+    def nbytes(self) -> int:
+        m, s = self.memory, self.state
+        parts = [] if m is None else [m.outputs] + ([m.keys] if m.keys is not None and m.keys is not m.outputs else [])
+        if s is not None:
+            parts += list(s.rnn) if isinstance(s.rnn, tuple) else [s.rnn]
+            parts += [s.feed] if s.feed is not None else []
+        return sum(p.numel() * p.element_size() for p in parts)
+
+
+class RecurrentSeq2SeqRunner(EncoderDecoderRunner):
+    """arch='rnn-seq2seq': prefill encodes the source once (outputs, mask, the keys' source-side projection) and
+    starts the decoder from the encoder's final state; each step is one decoder step with attention. As an
+    RNN's, the state cannot forget tokens (rewind refuses); kv=False keeps the ids and reruns the decoder."""
+
+    def new_cache(self, rows, max_len=None, kv=True) -> RecurrentSeq2SeqCache:
+        return RecurrentSeq2SeqCache(rows, None, stateful=kv)
+
+    def _run(self, cache, ids, all_logits=False):
+        state = cache.state if cache.stateful else self.model.start(cache.memory)
+        logits, state, _ = self.model.decode(ids, cache.memory, state, logits_to_keep=0 if all_logits else 1)
+        if cache.stateful:
+            cache.state = state
+        return logits if all_logits else logits[:, -1]
+
+    def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
+        if source is None:
+            raise TformerError("an encoder-decoder model needs a source to read; pass source=")
+        if mask is not None:
+            raise TformerError("the decoder's start tokens are never padded; pass no mask for them")
+        self._check_rows(cache, ids)
+        cache.memory = self.model.encode(source, source_mask)
+        cache.state = self.model.start(cache.memory)
+        if ids.shape[1] == 0:
+            return None
+        if not cache.stateful:
+            cache.ids = ids
+        return self._run(cache, ids, all_logits)
+
+    def step(self, cache, tokens):
+        if cache.stateful:
+            return self._run(cache, tokens[:, None])
+        cache.ids = torch.cat([cache.ids, tokens[:, None]], dim=1)
+        return self._run(cache, cache.ids)  # no state kept: the whole target again
+
+    def reorder(self, cache, index):
+        Runner.reorder(self, cache, index)
+        if cache.state is not None:
+            s = cache.state
+            cache.state = type(s)(select_state(s.rnn, index), None if s.feed is None else s.feed[index])
+
+    def expand(self, cache, index):
+        cache.memory = cache.memory.select(index)  # each input's beams share its source
+        self.reorder(cache, index)
+
+    def rewind(self, cache, n):
+        if n > 0 and cache.stateful:
+            raise TformerError("an RNN's state cannot forget tokens it has read (it folds them all in); "
+                               "rewinding needs a Transformer's KV cache, or a cache made with kv=False")
+        Runner.rewind(self, cache, n)
+
+
 RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner,
-           "rnn": RecurrentRunner}
+           "rnn": RecurrentRunner, "rnn-seq2seq": RecurrentSeq2SeqRunner}
 
 
 def runner_for(model) -> Runner:
@@ -411,4 +481,5 @@ def runner_for(model) -> Runner:
 
 
 __all__ = ["Batch", "Cache", "DecoderCache", "DecoderRunner", "EncoderDecoderRunner", "EncoderRunner", "Runner",
-           "Seq2SeqCache", "positions_from_mask", "runner_for", "RecurrentCache", "RecurrentRunner"]
+           "Seq2SeqCache", "positions_from_mask", "runner_for", "RecurrentCache", "RecurrentRunner",
+           "RecurrentSeq2SeqCache", "RecurrentSeq2SeqRunner"]
