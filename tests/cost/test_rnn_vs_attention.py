@@ -2,6 +2,8 @@
 2% of the Transformer's parameters (and is the closest width), the counts are the built models' numel, and
 the predicted growth with n is flat for the LSTM and grows for attention."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -51,5 +53,5 @@ def test_predicted_growth_flat_for_the_lstm_and_n_squared_for_attention():
     assert growth == sorted(growth) and growth[-1] > 1.5
     # the per-token increase is the score matrix's, linear in n: doubling n doubles it (once the
     # per-sequence terms, spread over n tokens, have faded)
-    steps = [b["flops_per_token"] - a["flops_per_token"] for a, b in zip(attention, attention[1:])]
+    steps = [b["flops_per_token"] - a["flops_per_token"] for a, b in itertools.pairwise(attention)]
     assert steps[-1] == pytest.approx(2 * steps[-2], rel=0.03)

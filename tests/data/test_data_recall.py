@@ -31,7 +31,7 @@ def test_each_query_is_answered_by_the_value_paired_with_the_key_k_tokens_earlie
 
 
 def test_fixed_prefix_puts_the_farthest_query_last_and_up_to_shortens_the_rows():
-    ids, labels, queries = recall_batch(TASK, 4, torch.Generator().manual_seed(1), prefix=TASK.prefix)
+    _, labels, queries = recall_batch(TASK, 4, torch.Generator().manual_seed(1), prefix=TASK.prefix)
     assert (queries[:, -1] == TASK.seq_len - 1).all() and (labels[:, -1] != IGNORE_INDEX).all()
     short = TASK.up_to(5)
     assert short.distances == (2, 5) and short.seq_len == 3 + 5 + 1
@@ -44,8 +44,8 @@ def test_same_generator_seed_same_batch():
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("bad", [dict(distances=()), dict(distances=(1, 4)), dict(distances=(4, 4)),
-                                 dict(n_values=0), dict(prefix=-1)])
+@pytest.mark.parametrize("bad", [{"distances": ()}, {"distances": (1, 4)}, {"distances": (4, 4)},
+                                 {"n_values": 0}, {"prefix": -1}])
 def test_bad_tasks_are_refused(bad):
     with pytest.raises(TformerError):
         RecallTask(**bad)
