@@ -1,8 +1,9 @@
 """Why attention, measured: an LSTM language model and a Transformer of equal parameter count, the same
 data, seed, steps and optimiser, set side by side on this machine.
 
-    python bench/rnn_vs_transformer.py            # about 6-8 minutes on 2 cores
-    python bench/rnn_vs_transformer.py --quick    # about 2 minutes: the mechanics, too few steps to learn recall
+    python bench/rnn_vs_transformer.py            # about 5 minutes on 2 cores
+    python bench/rnn_vs_transformer.py --quick    # about 1-2 minutes: the mechanics; too few steps to learn recall
+    python bench/rnn_vs_transformer.py --threads 1    # steadier on a machine other work is using
 
 The models (tformer.cost.rnn_vs_attention): the Transformer is a 4-layer decoder, d_model 128, 4 heads,
 d_ff 512, learned positions up to 1024; the LSTM has 2 layers over a 128-wide embedding, its d_hidden
@@ -60,9 +61,15 @@ DATA = "shakespeare"
 SPANS = (8, 16, 32, 64, 128, 256, 512)
 SHOWN_K = SPANS
 MODES = {  # (default, --quick)
-    "lm_steps": (300, 40), "eval_batches": (20, 5), "recall_steps": (300, 60), "recall_eval_batches": (8, 2),
-    "tokens_per_step": (4096, 2048), "timed_steps": (2, 1), "reps": (3, 2),
+    "lm_steps": (300, 40), "eval_batches": (20, 5), "recall_steps": (400, 100), "recall_eval_batches": (8, 2),
+    "tokens_per_step": (4096, 2048), "timed_steps": (2, 2), "reps": (3, 3),
 }
+
+
+def config_fields(config) -> dict:
+    """What the record keeps of a model's config: enough to rebuild the pair."""
+    own = ("cell", "d_hidden") if config.arch == "rnn" else ("n_heads", "d_ff")
+    return {f: getattr(config, f) for f in ("arch", "vocab_size", "d_model", "n_layers", "max_positions", *own)}
 
 
 def throughput(configs: dict, ns, tokens: int, steps: int, reps: int, seed: int) -> dict:
@@ -89,7 +96,7 @@ def language_model(configs: dict, steps: int, batch: int, seq: int, seed: int, e
         run = build_run(DATA, config, seq_len=seq, seed=seed)  # seeds torch, then builds the model
         model, runner = run.model, runner_for(run.model)
         started = time.perf_counter()
-        losses = train_steps(model, lambda: runner.loss(run.source.next_batch(batch)), steps, lr)
+        losses = train_steps(model, lambda run=run, runner=runner: runner.loss(run.source.next_batch(batch)), steps, lr)
         with torch.no_grad():
             val = [float(runner.loss(b)) for b in run.source.eval_batches(eval_batches, batch)]
         out[name] = {"train_loss": losses[-1], "val_loss": sum(val) / len(val),
@@ -109,7 +116,7 @@ def recall(configs: dict, task: RecallTask, steps: int, batch: int, seed: int, e
         model = build(config)
         generator = torch.Generator().manual_seed(seed)
 
-        def loss():
+        def loss(model=model, generator=generator):  # bound now: called only in this iteration
             span = SPANS[int(torch.randint(0, len(SPANS), (1,), generator=generator))]
             ids, labels, _ = recall_batch(task.up_to(span), batch, generator)
             return recall_loss(model, ids, labels)
@@ -131,17 +138,21 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer steps and timings (about 2 minutes)")
     p.add_argument("--lm-steps", type=int, default=None, help="language-model steps per model (default 300, quick 40)")
-    p.add_argument("--recall-steps", type=int, default=None, help="recall steps per model (default 300, quick 60)")
+    p.add_argument("--recall-steps", type=int, default=None, help="recall steps per model (default 400, quick 100)")
     p.add_argument("--batch", type=int, default=16, help="rows per step, both tasks")
     p.add_argument("--seq", type=int, default=128, help="language-model context in characters")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: torch's); 1 keeps the LSTM's small steps steady on a busy machine")
     p.add_argument("--json", default=None)
     p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
     args = p.parse_args(argv)
     mode = {key: values[1 if args.quick else 0] for key, values in MODES.items()}
     mode["lm_steps"] = args.lm_steps or mode["lm_steps"]
     mode["recall_steps"] = args.recall_steps or mode["recall_steps"]
+    if args.threads:
+        torch.set_num_threads(args.threads)
     machine = _results.machine()
     print(_results.header(machine))
     started = time.perf_counter()
@@ -168,14 +179,12 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     record = {
-        "settings": {"quick": args.quick, "seed": args.seed, "lr": args.lr, "batch": args.batch, "lm_seq": args.seq,
-                     "data": DATA, "spans": list(SPANS), **mode,
+        "settings": {"quick": args.quick, "threads": torch.get_num_threads(), "seed": args.seed, "lr": args.lr,
+                     "batch": args.batch, "lm_seq": args.seq, "data": DATA, "spans": list(SPANS), **mode,
                      "task": {"n_distractors": task.n_distractors, "n_keys": task.n_keys, "n_values": task.n_values,
                               "prefix": task.prefix, "seq_len": task.seq_len}},
         "models": {name: {"params": counts[name], "recall_params": param_count(rc[name]),
-                          "config": {f: getattr(lm[name], f) for f in ("arch", "cell", "d_model", "d_hidden",
-                                                                       "n_layers", "n_heads", "d_ff", "max_positions")}}
-                   for name in MODELS},
+                          "config": config_fields(lm[name])} for name in MODELS},
         "param_gap": gap,
         "throughput": tput,
         "val_loss": {name: lm_result[name]["val_loss"] for name in MODELS},

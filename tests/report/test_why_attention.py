@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tformer.cost.rnn_vs_attention import NS
+from tformer.cost.rnn_vs_attention import NS, model_pair, param_count
 from tformer.machine.profile_store import bench_results_name
 from tformer.report import plots
 from tformer.report import section_why_attention as W
@@ -107,3 +107,16 @@ def test_malformed_record_is_one_line(tmp_path, monkeypatch, doc):
     assert isinstance(last, Text) and last.text.startswith("Measured: ") and "\n" not in last.text
     assert "Traceback" not in last.text
     assert [f.name for f in sec.figures()] == ["why_attention_ledger"]
+
+
+@pytest.mark.parametrize(("vocab", "expected"), [(28, 28), ("many", W.CHAR_VOCAB), (None, W.CHAR_VOCAB)])
+def test_the_ledger_part_costs_the_records_vocabulary(tmp_path, monkeypatch, vocab, expected):
+    doc = record()
+    if vocab is not None:
+        doc["models"]["transformer"]["config"] = {"vocab_size": vocab}
+    filed(tmp_path, monkeypatch, {"rnn_vs_transformer": doc})
+    ctx = context()
+    W.build(ctx)
+    pair = model_pair(expected)
+    assert {m: p["params"] for m, p in ctx.data["why_attention"]["predicted"].items()} == \
+        {m: param_count(c) for m, c in pair.items()}

@@ -16,7 +16,7 @@ from tformer.report.doc import Section
 from tformer.report.section_long_context import RESULTS_DIR, bench_record
 
 COMMAND = "python bench/rnn_vs_transformer.py"
-CHAR_VOCAB = 65  # the char-level Shakespeare vocabulary the bench trains on
+CHAR_VOCAB = 84  # the char-level Shakespeare tokenizer's vocabulary (specials included): what the bench trains on
 MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError)
 
 
@@ -29,7 +29,9 @@ def predicted(vocab_size: int = CHAR_VOCAB) -> dict:
 
 def build(ctx) -> Section:
     sec = Section(10, "Why attention", "why-attention")
-    ledger_view = predicted()
+    record, source = bench_record(ctx.specs.cpu, "rnn_vs_transformer", "rnn_vs_transformer record", COMMAND,
+                                  "models", RESULTS_DIR)
+    ledger_view = predicted(_vocab(record))
     data: dict = {"predicted": ledger_view}
     lstm, attention = ledger_view["lstm"], ledger_view["transformer"]
     sec.text(f"An LSTM language model ({lstm['n_layers']} layers, d_hidden {lstm['d_hidden']}, "
@@ -48,14 +50,21 @@ def build(ctx) -> Section:
                plots.loglog_by_kind({m: {"predicted": [(r["n"], r["flops_per_token"]) for r in ledger_view[m]["rows"]]}
                                      for m in MODELS}, "FLOPs per training token", "Predicted cost per token vs n"),
                "FLOPs per token of a training step against n, as the ledger predicts them for both models.")
-    _measured(sec, ctx, data)
+    _measured(sec, record, source, data)
     ctx.data["why_attention"] = data
     return sec
 
 
-def _measured(sec: Section, ctx, data: dict) -> None:
-    record, source = bench_record(ctx.specs.cpu, "rnn_vs_transformer", "rnn_vs_transformer record", COMMAND,
-                                  "models", RESULTS_DIR)
+def _vocab(record: dict | None) -> int:
+    """The vocabulary the record's models were built with (CHAR_VOCAB without a record or with a bad one)."""
+    try:
+        vocab = record["models"]["transformer"]["config"]["vocab_size"]
+    except MALFORMED:
+        return CHAR_VOCAB
+    return vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and 0 < vocab <= 1_000_000 else CHAR_VOCAB
+
+
+def _measured(sec: Section, record: dict | None, source: str, data: dict) -> None:
     if record is None:
         sec.text(f"Measured: {source}.")
         data["measured"] = {"missing": source}
