@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tformer.core.errors import TformerError
 from tformer.cost.rnn_vs_attention import NS, model_pair, param_count
 from tformer.machine.profile_store import bench_results_name
 from tformer.report import plots
@@ -120,3 +121,19 @@ def test_the_ledger_part_costs_the_records_vocabulary(tmp_path, monkeypatch, voc
     pair = model_pair(expected)
     assert {m: p["params"] for m, p in ctx.data["why_attention"]["predicted"].items()} == \
         {m: param_count(c) for m, c in pair.items()}
+
+
+def test_a_vocabulary_no_lstm_can_match_falls_back_to_the_benchs(tmp_path, monkeypatch):
+    doc = record()
+    doc["models"]["transformer"]["config"] = {"vocab_size": 28}
+    filed(tmp_path, monkeypatch, {"rnn_vs_transformer": doc})
+
+    def refuse(vocab):
+        if vocab == 28:
+            raise TformerError("no 2-layer lstm comes within 2%")
+        return model_pair(vocab)
+    monkeypatch.setattr(W, "model_pair", refuse)
+    ctx = context()
+    W.build(ctx)
+    assert ctx.data["why_attention"]["predicted"]["transformer"]["params"] == \
+        param_count(model_pair(W.CHAR_VOCAB)["transformer"])
