@@ -31,6 +31,7 @@ from tformer.report import (
     section_phases,
     section_roofline,
     section_scaling,
+    section_why_attention,
 )
 from tformer.report.context import Context, ReportOptions, build_context, load_average, oversubscription_note
 from tformer.report.doc import Document
@@ -198,7 +199,8 @@ def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
     ctx.say("writing the report")
     sections = []
     for module in (section_machine, section_model, section_roofline, section_measured, section_phases,
-                   section_scaling, section_parallel, section_attention, section_long_context):
+                   section_scaling, section_parallel, section_attention, section_long_context,
+                   section_why_attention):
         sections.append(module.build(ctx))
         ctx.say(f"section {sections[-1].heading}")
     wall = ctx.elapsed()

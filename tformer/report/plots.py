@@ -202,6 +202,29 @@ def loglog_by_kind(series: dict[str, dict], ylabel: str, title: str) -> bytes:
     return to_png(fig)
 
 
+def curves_by_model(series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str, title: str,
+                    log_y: bool = False, floor: tuple[float, str] | None = None) -> bytes:
+    """One line per label against x (log base 2), y linear or log; a label ending in "init" is dashed
+    (a model before training beside itself after). ``floor``: (y, label) drawn as a dotted line (chance)."""
+    fig = _figure(7.5, 4.4)
+    ax = fig.add_subplot()
+    for (label, pts), marker in zip(series.items(), "osD^v<>"):
+        pts = sorted(pts)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, ms=3,
+                ls="--" if label.endswith("init") else "-", label=label)
+    if floor:
+        ax.axhline(floor[0], ls=":", lw=1, color="k", label=floor[1])
+    ax.set_xscale("log", base=2)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return to_png(fig)
+
+
 def attention_grid(maps, title: str) -> bytes:
     """Every (layer, head) map of ``maps`` (tformer.report.attention_maps.HeadMap) in one grid:
     rows are layers, columns heads, all on one 0..1 colour scale, every token labelled."""
@@ -236,6 +259,5 @@ def attention_grid(maps, title: str) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["attention_grid", "decode_curve", "kind_bars", "loglog_by_kind", "loss_curve", "matmul_curve",
-           "memory_per_device", "roofline",
-           "to_png"]
+__all__ = ["attention_grid", "curves_by_model", "decode_curve", "kind_bars", "loglog_by_kind", "loss_curve",
+           "matmul_curve", "memory_per_device", "roofline", "to_png"]

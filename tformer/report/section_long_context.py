@@ -61,19 +61,26 @@ def measure(ctx, spec: SweepSpec | None = None) -> dict:
     return {"spec": spec, "results": results, "notes": notes}
 
 
-def quality_record(cpu, results_dir: Path | None = None) -> tuple[dict | None, str]:
-    """(the latest attention_quality record filed for this CPU, where it came from), or (None, why)."""
+def bench_record(cpu, section: str, what: str, command: str, needs: str,
+                 results_dir: Path | None = None) -> tuple[dict | None, str]:
+    """(the latest ``section`` record a bench filed for this CPU under bench/results/, where it came from),
+    or (None, one line saying why and naming ``command``). ``needs``: a key the record must hold, non-empty."""
     path = (results_dir or RESULTS_DIR) / bench_results_name(cpu.model, cpu.physical_cores or cpu.logical_cpus)
     if not path.is_file():
-        return None, f"no quality record for this CPU: `{QUALITY_COMMAND}` produces it (filed in {path})"
+        return None, f"no {what} for this CPU: `{command}` produces it (filed in {path})"
     try:
         doc = read_json(path, "bench results", fix="delete it and rerun the bench")
     except TformerError as exc:
         return None, str(exc)
-    record = doc.get("attention_quality")
-    if not isinstance(record, dict) or not record.get("kinds"):
-        return None, f"{path.name} holds no quality record yet: `{QUALITY_COMMAND}` produces it"
+    record = doc.get(section) if isinstance(doc, dict) else None
+    if not isinstance(record, dict) or not record.get(needs):
+        return None, f"{path.name} holds no {what} yet: `{command}` produces it"
     return record, f"{path.name}, {record.get('date', 'undated')}"
+
+
+def quality_record(cpu, results_dir: Path | None = None) -> tuple[dict | None, str]:
+    """(the latest attention_quality record filed for this CPU, where it came from), or (None, why)."""
+    return bench_record(cpu, "attention_quality", "quality record", QUALITY_COMMAND, "kinds", results_dir)
 
 
 def _series(results, spec: SweepSpec, device, value: str) -> dict:
