@@ -158,3 +158,17 @@ def test_context_window_limits_new_tokens():
     model = model_for("decoder", "learned")  # max_positions 40
     out = generate(model, [list(range(1, 36))], max_new_tokens=20, stop_tokens=[])
     assert out.hit_context_limit and len(out.sequences[0]) == 5
+
+
+@pytest.mark.parametrize("beams", [1, 3])
+def test_stop_token_before_the_window_is_not_a_context_limit(beams):
+    """A row that ends at its stop token inside the window was not cut short by the window, even when
+    max_new_tokens asked for more than the window holds."""
+    model = model_for("decoder", "learned")  # max_positions 40
+    prompt = [list(range(1, 36))]
+    free = generate(model, prompt, max_new_tokens=20, stop_tokens=[], num_beams=beams)
+    every = list(range(model.config.vocab_size))  # whatever comes first stops the row: it ends at once
+    out = generate(model, prompt, max_new_tokens=20, stop_tokens=every, num_beams=beams)
+    assert len(out.sequences[0]) == 1
+    assert not out.hit_context_limit
+    assert free.hit_context_limit and len(free.sequences[0]) == 5

@@ -278,7 +278,7 @@ def _beam_search(batch: int, run: _Run):
     V = logits.shape[-1]
 
     n_stop = int(run.stop.sum(-1).max())
-    n_cand = max(2, 1 + n_stop) * K
+    n_cand = min(max(2, 1 + n_stop) * K, K * V)  # a stop set covering most of the vocabulary: all there are
     top_k_rank = torch.arange(n_cand, device=device) < K  # only the best K candidates may finish
     stop = run.stop  # (B, V)
 
@@ -552,6 +552,9 @@ def generate(model, input_ids, attention_mask=None, *, config: GenerationConfig 
         sequences=sequences, tokens=tokens, scores=scores,
         prefill_seconds=run.prefill_seconds, decode_seconds=run.decode_seconds,
         prefill_tokens=info["prefill_tokens"], decode_tokens=run.decode_steps * rows, decode_steps=run.decode_steps,
-        hit_context_limit=info["hit_context_limit"], truncated=info["truncated"],
+        # The window cut the run short only where some row was still going when it filled up (not at its stop token).
+        hit_context_limit=info["hit_context_limit"] and any(
+            len(s) == run.max_new and not bool(run.stop[i * run.stop.shape[0] // len(sequences), s[-1]]) for i, s in enumerate(sequences)),
+        truncated=info["truncated"],
         cache_bytes=run.cache.nbytes, compile_seconds=run.cache.compile_seconds,
     )
