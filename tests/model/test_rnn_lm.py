@@ -128,3 +128,27 @@ def test_profile_step_runner_decodes_from_the_same_state_every_step():
     runner.step()
     runner.step()
     assert runner.cache.snapshot() is before  # put back after each timed step
+
+
+@pytest.mark.parametrize("arch", ["rnn", "rnn-seq2seq"])
+def test_recurrent_models_start_from_torchs_initialisation(arch):
+    """Embedding N(0, 1) and every Linear / LSTM weight uniform in +-1/sqrt(fan_in), as torch's own modules
+    start; not the Transformers' N(0, 0.02), which starves the gates of input."""
+    config = ModelConfig(arch=arch, cell="lstm", vocab_size=300, d_model=64, d_hidden=96, n_layers=2,
+                         tied_embeddings=False)
+    torch.manual_seed(0)
+    model = build(config)
+    assert 0.95 < float(model.tok_embed.weight.detach().std()) < 1.05
+    checked = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.RNNBase):
+            bound, weights = 1 / module.hidden_size ** 0.5, [p for n, p in module.named_parameters()]
+        elif isinstance(module, torch.nn.Linear):
+            bound, weights = 1 / module.in_features ** 0.5, [module.weight]
+        else:
+            continue
+        for p in weights:
+            top = float(p.detach().abs().max())
+            assert 0.8 * bound < top <= bound + 1e-6  # the whole uniform range, not a narrow normal
+            checked += 1
+    assert checked >= 5

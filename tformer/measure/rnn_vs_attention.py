@@ -17,7 +17,11 @@ import torch.nn.functional as F
 from tformer.core import fmt
 from tformer.data.recall import IGNORE_INDEX, RecallTask, recall_batch
 
-BETAS, WEIGHT_DECAY, CLIP = (0.9, 0.99), 0.1, 1.0  # one optimiser setting for every model trained here
+# One optimiser setting for every model trained here: Adam's defaults, no weight decay and no clipping. Measured
+# on the 8-token recall task: with gradients clipped at norm 1 the LSTM stayed at chance for 600 steps (with
+# AdamW's betas (0.9, 0.99) and decay 0.1 or without them); unclipped it reached 100% in the same steps. The
+# Transformer learns either way, so the setting that lets the baseline learn is the fair one.
+BETAS, WEIGHT_DECAY = (0.9, 0.999), 0.0
 
 
 def optimizer_for(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
@@ -26,7 +30,7 @@ def optimizer_for(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
 
 def train_steps(model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor], steps: int, lr: float) -> list[float]:
     """``steps`` AdamW steps on ``loss_fn()`` (a fresh batch each call), the learning rate falling from lr to
-    lr / 10 on a cosine, gradients clipped at norm 1; the loss of every step."""
+    lr / 10 on a cosine, gradients not clipped (see BETAS); the loss of every step."""
     optimizer = optimizer_for(model, lr)
     model.train()
     losses = []
@@ -36,7 +40,6 @@ def train_steps(model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor], ste
         loss = loss_fn()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         optimizer.step()
         losses.append(float(loss.detach()))
     model.eval()
@@ -155,5 +158,5 @@ def comparison_rows(record: dict) -> tuple[list[str], list[list[str]]]:
     return ["", *MODELS], rows
 
 
-__all__ = ["BETAS", "CLIP", "MODELS", "SHOWN_DISTANCES", "WEIGHT_DECAY", "comparison_rows", "gradient_reach",
+__all__ = ["BETAS", "MODELS", "SHOWN_DISTANCES", "WEIGHT_DECAY", "comparison_rows", "gradient_reach",
            "log_distances", "optimizer_for", "recall_accuracy", "recall_loss", "train_steps", "train_tokens_per_s"]
