@@ -49,7 +49,8 @@ def test_objective_trains_with_progress_checkpoint_and_weights(tmp_path, corpus,
     assert len(losses) == 3 and all(0 < x < 20 for x in losses)
 
 
-@pytest.mark.parametrize("model, objective", [(TINY_T5, "span-corruption"), (TINY_GPT, "prefix-lm")])
+@pytest.mark.parametrize("model, objective", [(TINY_T5, "span-corruption"), (TINY_GPT, "prefix-lm"),
+                                              (TINY_BERT, "mlm+nsp"), (TINY_BERT, "mlm+sop")])
 def test_objective_resumes_bit_exact(tmp_path, corpus, model, objective):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     args = [*model, "--objective", objective, "--data", str(corpus), "--ckpt-interval", "2"]
@@ -98,16 +99,6 @@ def test_pair_objective_trains_with_heads_switched_on_and_pair_accuracy(tmp_path
     assert len(records) == 3 and 0 <= records[-1]["val_pair_accuracy"] <= 1
 
 
-@pytest.mark.parametrize("objective", ["mlm+nsp", "mlm+sop"])
-def test_pair_objective_resumes_bit_exact(tmp_path, corpus, objective):
-    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    args = [*TINY_BERT, "--objective", objective, "--data", str(corpus), "--ckpt-interval", "2"]
-    assert _train(tmp_path, *args, "--max-steps", "4", "--out", str(straight)).returncode == 0
-    assert _train(tmp_path, *args, "--max-steps", "2", "--out", str(resumed)).returncode == 0
-    again = _train(tmp_path, "--resume", "--max-steps", "4", "--out", str(resumed))
-    assert again.returncode == 0, again.stderr[-2000:]
-    a, b = load_file(str(straight / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("model, objective, message", [

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tformer.core.errors import TformerError
+from tformer.model.linear import Linear
 
 IGNORE_INDEX = -100  # label value that the losses skip (padding, unmasked MLM positions)
 
@@ -57,8 +58,16 @@ class TransformerModel(nn.Module):
         return h * self.embed_scale if self.embed_scale != 1.0 else h
 
     def tie_weights(self) -> None:
-        if self.config.tied_embeddings and getattr(self, "lm_head", None) is not None:
+        if getattr(self, "tied", self.config.tied_embeddings) and getattr(self, "lm_head", None) is not None:
             self.lm_head.weight = self.tok_embed.weight
+
+    def add_lm_head(self, arch) -> None:
+        """The LM head the ledger describes (``arch``: cost.architecture.describe's), tied to the token embedding
+        only where the description says so: a recurrent model's head reads d_hidden, so a config's
+        tied_embeddings holds only when d_hidden == d_model."""
+        self.lm_head = Linear.described(arch.lm_head.linear)
+        self.tied = arch.lm_head.linear.tied
+        self.tie_weights()
 
     def num_parameters(self) -> int:
         """Every parameter once (a tied head shares the embedding's storage and is not counted twice)."""

@@ -13,7 +13,6 @@ import torch
 
 from tformer.cost.architecture import describe
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
-from tformer.model.linear import Linear
 from tformer.model.rnn import recurrent, where_state
 
 
@@ -24,13 +23,7 @@ class RecurrentLM(TransformerModel):
         c = config
         self.rnn = recurrent(c.cell, c.d_model, c.d_hidden, c.n_layers, bias=c.bias, dropout=c.dropout,
                              teaching=c.rnn_teaching)
-        self.lm_head = Linear.described(arch.lm_head.linear)
-        self.tied = arch.lm_head.linear.tied
-        self.tie_weights()
-
-    def tie_weights(self) -> None:
-        if self.tied:
-            self.lm_head.weight = self.tok_embed.weight
+        self.add_lm_head(arch)
 
     def head(self, h: torch.Tensor) -> torch.Tensor:
         return self.lm_head(h)

@@ -54,7 +54,7 @@ class Memory:
     state: object  # the encoder's final state, bridged: (n_layers, B, h), and c for an LSTM
     order: torch.Tensor | None = None  # (B, S) source position of each compacted column (padded batches)
 
-    def select(self, index: torch.Tensor) -> "Memory":
+    def select(self, index: torch.Tensor) -> Memory:
         def pick(t):
             return None if t is None else t[index]
         outputs = self.outputs[index]
@@ -74,7 +74,7 @@ class RecurrentSeq2Seq(TransformerModel):
     def __init__(self, config):
         super().__init__(config)
         c, arch = config, describe(config)
-        rnn = dict(bias=c.bias, dropout=c.dropout, teaching=c.rnn_teaching)
+        rnn = {"bias": c.bias, "dropout": c.dropout, "teaching": c.rnn_teaching}
         self.encoder = recurrent(c.cell, c.d_model, c.d_hidden, c.n_layers, bidirectional=c.bidirectional, **rnn)
         bridge = next((b for b in arch.stack("encoder").layers if isinstance(b, Bridge)), None)
         self.bridge = None if bridge is None else nn.ModuleDict(
@@ -87,13 +87,7 @@ class RecurrentSeq2Seq(TransformerModel):
              if spec is not None})
         self.kind = c.rnn_attention
         self.feeding = self.kind.startswith("luong") and bool(c.rnn_input_feeding)
-        self.lm_head = Linear.described(arch.lm_head.linear)
-        self.tied = arch.lm_head.linear.tied
-        self.tie_weights()
-
-    def tie_weights(self) -> None:
-        if self.tied:
-            self.lm_head.weight = self.tok_embed.weight
+        self.add_lm_head(arch)
 
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
         return EncoderDecoderModel.shift_right(self, labels)  # reads only the config's start and pad ids

@@ -220,6 +220,20 @@ class Runner:
         if ids.dim() != 2 or ids.shape[0] != cache.rows:
             raise TformerError(f"the cache was made for {cache.rows} rows; got ids of shape {tuple(ids.shape)}")
 
+    def _check_prompt(self, cache: Cache, ids: torch.Tensor, source, what: str) -> None:
+        """A model that continues its own prompt: no source, and ids with the cache's rows."""
+        if source is not None:
+            raise TformerError(f"{what} reads no source; give the prompt as its ids")
+        self._check_rows(cache, ids)
+
+    def _check_start(self, cache: Cache, ids: torch.Tensor, mask, source) -> None:
+        """A model that reads a source: one is given, and the decoder's start tokens are unpadded."""
+        if source is None:
+            raise TformerError("an encoder-decoder model needs a source to read; pass source=")
+        if mask is not None:
+            raise TformerError("the decoder's start tokens are never padded; pass no mask for them")
+        self._check_rows(cache, ids)
+
 
 class EncoderRunner(Runner):
     """Encoder-only (BERT): masked-token training and forward passes; it does not generate."""
@@ -239,9 +253,7 @@ class DecoderRunner(Runner):
         return out.logits if all_logits else out.logits[:, -1]
 
     def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
-        if source is not None:
-            raise TformerError("a decoder-only model reads no source; give the prompt as its ids")
-        self._check_rows(cache, ids)
+        self._check_prompt(cache, ids, source, "a decoder-only model")
         if ids.shape[1] == 0:
             return None
         # Without padding the mask is never passed to the model, and positions default to 0, 1, ...
@@ -291,11 +303,7 @@ class EncoderDecoderRunner(Runner):
 
     def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
         """ids: the decoder's first tokens (N, t), usually the start token; source: (N, S)."""
-        if source is None:
-            raise TformerError("an encoder-decoder model needs a source to read; pass source=")
-        if mask is not None:
-            raise TformerError("the decoder's start tokens are never padded; pass no mask for them")
-        self._check_rows(cache, ids)
+        self._check_start(cache, ids, mask, source)
         cache.source_mask = None if source_mask is None or bool(source_mask.all()) else source_mask
         cache.memory, _ = self.model.encode(source, cache.source_mask)
         if ids.shape[1] == 0:
@@ -364,9 +372,7 @@ class RecurrentRunner(Runner):
         return out.logits if all_logits else out.logits[:, -1]
 
     def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
-        if source is not None:
-            raise TformerError("a recurrent language model reads no source; give the prompt as its ids")
-        self._check_rows(cache, ids)
+        self._check_prompt(cache, ids, source, "a recurrent language model")
         if ids.shape[1] == 0:
             return None
         mask = mask if mask is not None and not bool(mask.all()) else None
@@ -433,11 +439,7 @@ class RecurrentSeq2SeqRunner(EncoderDecoderRunner):
         return logits if all_logits else logits[:, -1]
 
     def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
-        if source is None:
-            raise TformerError("an encoder-decoder model needs a source to read; pass source=")
-        if mask is not None:
-            raise TformerError("the decoder's start tokens are never padded; pass no mask for them")
-        self._check_rows(cache, ids)
+        self._check_start(cache, ids, mask, source)
         cache.memory = self.model.encode(source, source_mask)
         cache.state = self.model.start(cache.memory)
         if ids.shape[1] == 0:
@@ -480,6 +482,19 @@ def runner_for(model) -> Runner:
     return RUNNERS[model.config.arch](model)
 
 
-__all__ = ["Batch", "Cache", "DecoderCache", "DecoderRunner", "EncoderDecoderRunner", "EncoderRunner", "Runner",
-           "Seq2SeqCache", "positions_from_mask", "runner_for", "RecurrentCache", "RecurrentRunner",
-           "RecurrentSeq2SeqCache", "RecurrentSeq2SeqRunner"]
+__all__ = [
+    "Batch",
+    "Cache",
+    "DecoderCache",
+    "DecoderRunner",
+    "EncoderDecoderRunner",
+    "EncoderRunner",
+    "RecurrentCache",
+    "RecurrentRunner",
+    "RecurrentSeq2SeqCache",
+    "RecurrentSeq2SeqRunner",
+    "Runner",
+    "Seq2SeqCache",
+    "positions_from_mask",
+    "runner_for",
+]
