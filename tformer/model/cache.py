@@ -162,6 +162,20 @@ class KVCache:
             self._self = [None if e is None else (e[0][:, :, :keep], e[1][:, :, :keep]) for e in self._self]
 
     @property
+    def joinable(self) -> bool:
+        """Plain per-position keys and values, nothing else: rows of two such caches can share one batch
+        (``join_rows``). A rolling window, a recurrent state or cross-attention entries cannot."""
+        return self.window is None and not self.recurrent and all(e is None for e in self._cross)
+
+    def drop_front(self, n: int) -> None:
+        """Forget the first ``n`` positions of every row (columns no row needs any more: left padding)."""
+        if n <= 0:
+            return
+        self._self = [None if e is None else (e[0][:, :, n:self.length], e[1][:, :, n:self.length]) for e in self._self]
+        self.length -= n
+        self.max_length = None  # what is left is the growing layout
+
+    @property
     def recurrent(self) -> bool:
         """Some layer keeps a recurrent state (which ``rewind`` cannot cut back; ``snapshot`` can)."""
         return any(e is not None for e in self._state)
@@ -198,3 +212,26 @@ class KVCache:
     def allocated_bytes(self) -> int:
         """Bytes actually allocated (a static cache reserves max_length positions up front)."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
+
+
+def join_rows(a: KVCache, b: KVCache) -> KVCache:
+    """One growing cache holding the rows of ``a`` then those of ``b``, right-aligned: the shorter is
+    left-padded with zero keys and values up to the longer's length (the caller masks them out).
+    (N_a, H, L_a, D) + (N_b, H, L_b, D) -> (N_a + N_b, H, max(L_a, L_b), D) per layer."""
+    if not (a.joinable and b.joinable) or a.n_layers != b.n_layers:
+        raise ValueError("only plain KV caches of the same model can share a batch (no rolling window, "
+                         "recurrent state or cross-attention)")
+    length = max(a.length, b.length)
+    out = KVCache(a.n_layers)
+    for i, (ea, eb) in enumerate(zip(a._self, b._self)):
+        if ea is None or eb is None:
+            continue
+        pairs = []
+        for x, y in zip(ea, eb):
+            x, y = x[:, :, : a.length], y[:, :, : b.length]
+            x = torch.nn.functional.pad(x, (0, 0, length - a.length, 0))
+            y = torch.nn.functional.pad(y, (0, 0, length - b.length, 0))
+            pairs.append(torch.cat([x, y], dim=0))
+        out._self[i] = (pairs[0], pairs[1])
+    out.length = length
+    return out

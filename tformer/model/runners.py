@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.model.base import IGNORE_INDEX, TransformerModel
-from tformer.model.cache import KVCache
+from tformer.model.cache import KVCache, join_rows
 from tformer.model.rnn import select_state
 
 
@@ -216,6 +216,20 @@ class Runner:
         if cache.ids is not None:
             cache.ids = cache.ids[:, :-n]
 
+    # Continuous batching: sequences that started apart share one batch ----------------------------
+    def can_join(self, cache: Cache) -> bool:
+        """Whether ``join`` can take this cache's rows into a batch of others (a serving loop that cannot
+        falls back to admitting a new group only when the batch has emptied)."""
+        return False
+
+    def join(self, a: Cache, b: Cache) -> Cache:
+        """One cache with the rows of ``a`` then those of ``b``, which may have read different numbers of
+        tokens; a step then advances all of them at once."""
+        raise TformerError(f"{self.label} sequences cannot join a running batch; serve them one group at a time")
+
+    def compact(self, cache: Cache) -> None:
+        """Drop what no row needs any more (left padding after the longer rows have left)."""
+
     def _check_rows(self, cache: Cache, ids: torch.Tensor) -> None:
         if ids.dim() != 2 or ids.shape[0] != cache.rows:
             raise TformerError(f"the cache was made for {cache.rows} rows; got ids of shape {tuple(ids.shape)}")
@@ -283,6 +297,32 @@ class DecoderRunner(Runner):
         super().rewind(cache, n)
         if cache.mask is not None and n > 0:
             cache.mask, cache.positions = cache.mask[:, :-n], cache.positions[:, :-n]
+
+    def can_join(self, cache):
+        return cache.kv is not None and cache.kv.joinable
+
+    def join(self, a, b):
+        """Right-aligned rows, as a left-padded prompt batch: each row keeps its own positions, and the
+        padding in front of the shorter rows is masked out. The result holds a growing KV cache."""
+        if not (self.can_join(a) and self.can_join(b)):
+            raise TformerError("only decoder caches with plain keys and values can share a batch")
+        kv = join_rows(a.kv, b.kv)
+        masks, positions = [], []
+        for c in (a, b):
+            n, length = c.rows, c.kv.length
+            mask = c.mask if c.mask is not None else torch.ones(n, length, dtype=torch.long, device=self.device)
+            pos = c.positions if c.positions is not None else torch.arange(length, device=self.device).expand(n, -1)
+            masks.append(F.pad(mask, (kv.length - length, 0)))
+            positions.append(F.pad(pos, (kv.length - length, 0)))
+        return DecoderCache(a.rows + b.rows, kv, mask=torch.cat(masks), positions=torch.cat(positions))
+
+    def compact(self, cache):
+        if cache.mask is None or cache.kv is None or cache.rows == 0:
+            return
+        unused = int(cache.mask.any(0).long().argmax())  # leading columns that are padding in every row
+        if unused:
+            cache.kv.drop_front(unused)
+            cache.mask, cache.positions = cache.mask[:, unused:], cache.positions[:, unused:]
 
 
 class EncoderDecoderRunner(Runner):
@@ -395,6 +435,16 @@ class RecurrentRunner(Runner):
             cache.state = select_state(cache.state, index)
         if cache.mask is not None:
             cache.mask = cache.mask[index]
+
+    def can_join(self, cache):
+        return cache.stateful  # the state is all a step reads: no length to line up
+
+    def join(self, a, b):
+        if not (a.stateful and b.stateful):
+            raise TformerError("only recurrent caches that keep their state can share a batch")
+        cat = (lambda x, y: torch.cat([x, y], dim=1))  # states are (layers, N, d_hidden)
+        state = tuple(map(cat, a.state, b.state)) if isinstance(a.state, tuple) else cat(a.state, b.state)
+        return RecurrentCache(a.rows + b.rows, None, stateful=True, state=state)
 
     def rewind(self, cache, n):
         if n > 0 and cache.stateful:

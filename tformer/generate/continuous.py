@@ -1,0 +1,340 @@
+"""Continuous batching: one decode step at a time over every active sequence, whenever each arrived.
+
+Static batching waits for a whole batch to finish before starting the next, so one long answer holds
+every short one's slot. Here the loop runs one step over all active sequences; between two steps it
+prefills what has arrived (as one left-padded batch) and joins those rows to the running batch, and a
+sequence that ends leaves at once, freeing its KV cache rows. The KV cache holds rows of different
+lengths right-aligned, each with its own position ids and a mask over the padding in front of it
+(tformer.model.runners: ``join``, ``compact``), so a row computes what it would alone.
+
+    batcher = ContinuousBatcher(model, max_batch=32)
+    batcher.start()
+    seq = batcher.submit(Request([5, 6, 7], max_new_tokens=20), on_event)   # on_event(seq, token, finish)
+    ...
+    batcher.shutdown(drain=True)    # finish what is queued and running, then stop
+
+``on_event`` is called on the batcher's thread: once per generated token (``finish`` None), then once
+with ``token`` None and ``finish`` in FINISH_REASONS. A stop token ends the sequence and is not reported.
+Models whose caches cannot join (encoder-decoder, rolling windows, recurrent attention states) are
+served by the same loop, but a new group is admitted only when the running batch has emptied.
+``max_batch=1`` is one-request-at-a-time serving: the baseline that continuous batching is measured
+against (bench/serve_load.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from tformer.core.errors import TformerError
+from tformer.generate import sampling
+from tformer.generate.search import pad_batch
+from tformer.model.base import TransformerModel
+from tformer.model.runners import runner_for
+
+FINISH_REASONS = ("stop", "length", "timeout", "cancelled", "error")
+
+
+class QueueFull(TformerError):
+    """The waiting queue holds max_queue requests; the client should retry later (HTTP 429)."""
+
+
+class Closed(TformerError):
+    """The batcher is shutting down and takes no new requests (HTTP 503)."""
+
+
+@dataclass
+class Request:
+    """One completion, already checked against the model (tformer.serve checks HTTP input)."""
+
+    prompt: list[int]  # decoder-only: the text so far; encoder-decoder: the source
+    max_new_tokens: int
+    temperature: float = 0.0  # 0 = greedy (argmax)
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    stop_tokens: tuple[int, ...] | None = None  # None = the model's eos_token_id
+    seed: int | None = None  # seeds this request's own generator: its draws do not depend on the batch
+    timeout: float | None = None  # seconds from submission; then it ends with finish "timeout"
+
+
+@dataclass(eq=False)
+class Sequence:
+    """A submitted request as it runs: its tokens so far and its timings (time.monotonic())."""
+
+    id: int
+    request: Request
+    on_event: Callable
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+    submitted_at: float = 0.0
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    _cancelled: bool = False
+    _budget: int = 0
+    _stop: frozenset = frozenset()
+    _generator: torch.Generator | None = None
+
+    def cancel(self) -> None:
+        """End it at the next step boundary (a client that went away); its rows are freed then."""
+        self._cancelled = True
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def _deadline(self) -> float | None:
+        t = self.request.timeout
+        return None if t is None else self.submitted_at + t
+
+
+@dataclass
+class StepStats:
+    """Decode steps by batch size: what batching buys, measured (tformer serve --report)."""
+
+    steps: dict[int, list] = field(default_factory=dict)  # rows -> [steps, seconds, mean context]
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    tokens: int = 0  # generated tokens reported to clients
+    finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
+
+    def add_step(self, rows: int, seconds: float, context: int) -> None:
+        entry = self.steps.setdefault(rows, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+        entry[2] += (context - entry[2]) / entry[0]
+
+
+class ContinuousBatcher:
+    def __init__(self, model: TransformerModel, *, max_batch: int = 32, max_queue: int = 256):
+        runner = runner_for(model)
+        if not runner.generates:
+            raise TformerError(f"this checkpoint is {runner.label}; it cannot generate. Serve a decoder or "
+                               "encoder-decoder model for completions")
+        for name, value in (("max_batch", max_batch), ("max_queue", max_queue)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TformerError(f"{name} must be a whole number >= 1, got {value!r}")
+        if runner.takes_source and model.config.decoder_start_token_id is None:
+            raise TformerError("decoder_start_token_id is not set in the model config; set it to serve this model")
+        self.model, self.runner, self.config = model, runner, model.config
+        self.max_batch, self.max_queue = max_batch, max_queue
+        self.stats = StepStats()
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._pending: deque[Sequence] = deque()
+        self._active: list[Sequence] = []  # row i of the cache is _active[i]
+        self._cache = None
+        self._next: torch.Tensor | None = None  # (N,) the token each active row reads at the next step
+        self._closing = False
+        self._drain = True
+        self._thread: threading.Thread | None = None
+        pad = self.config.pad_token_id
+        self._pad = pad if pad is not None else (self.config.eos_token_id or 0)
+
+    # Public -------------------------------------------------------------------------------------
+    @property
+    def queue_depth(self) -> int:
+        return len(self._pending)
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> "ContinuousBatcher":
+        self._thread = threading.Thread(target=self._loop, name="tformer-batcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def submit(self, request: Request, on_event: Callable) -> Sequence:
+        """Queue ``request``; ``on_event(seq, token, finish)`` reports its progress (on the batcher's thread)."""
+        seq = Sequence(next(self._ids), request, on_event, submitted_at=time.monotonic())
+        seq._budget = self._budget(request)
+        stop = request.stop_tokens if request.stop_tokens is not None else (
+            () if self.config.eos_token_id is None else (self.config.eos_token_id,))
+        seq._stop = frozenset(stop)
+        if request.temperature > 0:
+            seed = request.seed if request.seed is not None else random.getrandbits(63)
+            seq._generator = torch.Generator(device=self.runner.device).manual_seed(seed)
+        with self._cond:
+            if self._closing:
+                raise Closed("the server is shutting down; send the request to another instance or retry later")
+            if len(self._pending) >= self.max_queue:
+                raise QueueFull(f"{len(self._pending)} requests are already waiting (max_queue {self.max_queue}); "
+                                "retry later")
+            self._pending.append(seq)
+            self._cond.notify()
+        return seq
+
+    def shutdown(self, drain: bool = True, timeout: float | None = None) -> bool:
+        """Stop taking requests; with ``drain`` finish the queued and running ones first, else cancel
+        them. Returns whether the loop has ended within ``timeout`` seconds."""
+        with self._cond:
+            self._closing, self._drain = True, drain
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    # The loop -----------------------------------------------------------------------------------
+    def _budget(self, request: Request) -> int:
+        """New tokens it may have: its max_new_tokens, within the context window."""
+        used = 1 if self.runner.takes_source else len(request.prompt)  # the decoder's start token, or the prompt
+        room = self.config.max_positions - used
+        if room < 1 or not request.prompt:
+            raise TformerError(f"a prompt of {len(request.prompt)} tokens leaves no room in the context window of "
+                               f"{self.config.max_positions}; shorten it")
+        return min(request.max_new_tokens, room)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._pending or self._active or self._closing):
+                    self._cond.wait()
+                if self._closing and not self._drain:
+                    for seq in list(self._pending) + self._active:
+                        self._finish(seq, "cancelled")
+                    self._pending.clear()
+                    self._reset()
+                    return
+                if self._closing and not (self._pending or self._active):
+                    return
+                admit = self._take_admissible()
+            try:
+                with torch.no_grad():
+                    if admit:
+                        self._admit(admit)
+                    if self._active:
+                        self._step()
+            except Exception as exc:  # one bad batch must not stop the server: end its sequences, go on
+                detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                for seq in admit + self._active:
+                    if not seq.done:
+                        seq.error = detail
+                        self._finish(seq, "error")
+                self._reset()
+
+    def _take_admissible(self) -> list[Sequence]:
+        """Queued requests that may start now (called under the lock): ended ones leave the queue."""
+        now = time.monotonic()
+        for seq in [s for s in self._pending if s._cancelled or (s._deadline is not None and now > s._deadline)]:
+            self._pending.remove(seq)
+            self._finish(seq, "cancelled" if seq._cancelled else "timeout")
+        joinable = self._cache is None or self.runner.can_join(self._cache)
+        room = self.max_batch - len(self._active) if joinable else 0
+        return [self._pending.popleft() for _ in range(min(room, len(self._pending)))]
+
+    def _reset(self) -> None:
+        self._active, self._cache, self._next = [], None, None
+
+    def _admit(self, seqs: list[Sequence]) -> None:
+        """Prefill the newcomers as one padded batch, take their first tokens, join the survivors."""
+        runner, device = self.runner, self.runner.device
+        cache = runner.new_cache(len(seqs), None)
+        t0 = time.perf_counter()
+        if runner.takes_source:
+            src, src_mask = pad_batch([s.request.prompt for s in seqs], self._pad, "right", device)
+            start = torch.full((len(seqs), 1), self.config.decoder_start_token_id, dtype=torch.long, device=device)
+            logits = runner.prefill(cache, start, source=src, source_mask=src_mask)
+            read = int(src_mask.sum()) + len(seqs)
+        else:
+            ids, mask = pad_batch([s.request.prompt for s in seqs], self._pad, "left", device)
+            logits = runner.prefill(cache, ids, mask)
+            read = int(mask.sum())
+        self.stats.prefill_seconds += time.perf_counter() - t0
+        self.stats.prefill_tokens += read
+        tokens, keep = self._advance(seqs, logits)
+        if not keep:
+            return
+        index = torch.tensor(keep, device=device)
+        if len(keep) < len(seqs):
+            runner.reorder(cache, index)
+        kept = [seqs[i] for i in keep]
+        if self._cache is None:
+            self._cache, self._active, self._next = cache, kept, tokens[index]
+        else:
+            self._cache = runner.join(self._cache, cache)
+            self._active = self._active + kept
+            self._next = torch.cat([self._next, tokens[index]])
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        logits = self.runner.step(self._cache, self._next)
+        context = self._cache.kv.length if getattr(self._cache, "kv", None) is not None else 0
+        self.stats.add_step(len(self._active), time.perf_counter() - t0, context)
+        tokens, keep = self._advance(self._active, logits)
+        if len(keep) == len(self._active):
+            self._next = tokens
+            return
+        if not keep:
+            self._reset()
+            return
+        index = torch.tensor(keep, device=self.runner.device)
+        self.runner.reorder(self._cache, index)
+        self.runner.compact(self._cache)
+        self._active = [self._active[i] for i in keep]
+        self._next = tokens[index]
+
+    def _advance(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+        """Pick each row's next token and report it; returns the tokens (N,) and the rows that go on."""
+        tokens = self._pick(seqs, logits)
+        now = time.monotonic()
+        keep = []
+        for i, (seq, token) in enumerate(zip(seqs, tokens.tolist())):
+            if seq._cancelled:
+                self._finish(seq, "cancelled")
+                continue
+            if token in seq._stop:
+                self._finish(seq, "stop")
+                continue
+            seq.tokens.append(token)
+            if seq.first_token_at is None:
+                seq.first_token_at = now
+            self.stats.tokens += 1
+            self._tell(seq, token, None)
+            if len(seq.tokens) >= seq._budget:
+                self._finish(seq, "length")
+            elif seq._deadline is not None and now > seq._deadline:
+                self._finish(seq, "timeout")
+            else:
+                keep.append(i)
+        return tokens, keep
+
+    def _pick(self, seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
+        """Greedy rows by one argmax; each sampled row with its own settings and generator, so its draws
+        are those it would make alone (tformer.generate's order of processors)."""
+        logits = logits.float()
+        tokens = logits.argmax(dim=-1)
+        for i, seq in enumerate(seqs):
+            r = seq.request
+            if r.temperature > 0:
+                row = sampling.process_logits(logits[i:i + 1], temperature=r.temperature, top_k=r.top_k, top_p=r.top_p)
+                tokens[i] = sampling.sample(row, seq._generator)[0]
+        return tokens
+
+    def _finish(self, seq: Sequence, reason: str) -> None:
+        seq.finish_reason, seq.finished_at = reason, time.monotonic()
+        self.stats.finished[reason] += 1
+        self._tell(seq, None, reason)
+
+    @staticmethod
+    def _tell(seq: Sequence, token, finish) -> None:
+        try:
+            seq.on_event(seq, token, finish)
+        except Exception:  # a listener's failure (a client gone mid-write) must not stop the loop
+            seq._cancelled = True
+
+
+__all__ = ["FINISH_REASONS", "Closed", "ContinuousBatcher", "QueueFull", "Request", "Sequence", "StepStats"]
