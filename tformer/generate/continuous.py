@@ -193,6 +193,11 @@ class ContinuousBatcher:
         """New tokens it may have: its max_new_tokens, within the context window."""
         used = 1 if self.runner.takes_source else len(request.prompt)  # the decoder's start token, or the prompt
         room = self.config.max_positions - used
+        vocab = self.config.vocab_size
+        bad = next((t for t in request.prompt if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab),
+                   None)
+        if bad is not None:
+            raise TformerError(f"token id {bad!r} is outside the vocabulary [0, {vocab})")
         if room < 1 or not request.prompt:
             raise TformerError(f"a prompt of {len(request.prompt)} tokens leaves no room in the context window of "
                                f"{self.config.max_positions}; shorten it")
@@ -260,7 +265,7 @@ class ContinuousBatcher:
             return
         index = torch.tensor(keep, device=device)
         if len(keep) < len(seqs):
-            runner.reorder(cache, index)
+            runner.select(cache, index)
         kept = [seqs[i] for i in keep]
         if self._cache is None:
             self._cache, self._active, self._next = cache, kept, tokens[index]
@@ -282,7 +287,7 @@ class ContinuousBatcher:
             self._reset()
             return
         index = torch.tensor(keep, device=self.runner.device)
-        self.runner.reorder(self._cache, index)
+        self.runner.select(self._cache, index)
         self.runner.compact(self._cache)
         self._active = [self._active[i] for i in keep]
         self._next = tokens[index]

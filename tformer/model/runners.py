@@ -227,6 +227,11 @@ class Runner:
         tokens; a step then advances all of them at once."""
         raise TformerError(f"{self.label} sequences cannot join a running batch; serve them one group at a time")
 
+    def select(self, cache: Cache, index: torch.Tensor) -> None:
+        """Keep rows ``index`` with everything each row carries (a seq2seq row's memory too): sequences
+        leaving a serving batch. Beam search's ``reorder`` moves only what differs between one input's beams."""
+        self.expand(cache, index)
+
     def compact(self, cache: Cache) -> None:
         """Drop what no row needs any more (left padding after the longer rows have left)."""
 
@@ -317,8 +322,8 @@ class DecoderRunner(Runner):
         return DecoderCache(a.rows + b.rows, kv, mask=torch.cat(masks), positions=torch.cat(positions))
 
     def compact(self, cache):
-        if cache.mask is None or cache.kv is None or cache.rows == 0:
-            return
+        if cache.mask is None or cache.rows == 0 or not self.can_join(cache):
+            return  # a rolling window's positions are not columns: it cannot drop the front
         unused = int(cache.mask.any(0).long().argmax())  # leading columns that are padding in every row
         if unused:
             cache.kv.drop_front(unused)

@@ -1,0 +1,222 @@
+"""Continuous batching: every sequence computes what it would alone, whenever it joined or left the batch."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from tformer.core.config import ModelConfig
+from tformer.core.errors import TformerError
+from tformer.generate import generate
+from tformer.generate.continuous import FINISH_REASONS, Closed, ContinuousBatcher, QueueFull, Request
+from tformer.model import build, runner_for
+
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15], [3] * 11, [9, 8, 7, 6, 5]]
+
+
+def _config(arch="decoder", **kw):
+    base = dict(arch=arch, n_layers=2, d_model=24, n_heads=3, d_ff=40, vocab_size=37, max_positions=48,
+                decoder_start_token_id=0)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return build(_config(**kw)).eval()
+
+
+class Recorder:
+    """on_event listener: the events of every sequence, in order."""
+
+    def __init__(self):
+        self.events = []
+        self.lock = threading.Lock()
+
+    def __call__(self, seq, token, finish):
+        with self.lock:
+            self.events.append((seq.id, token, finish))
+
+
+def _alone(model, request):
+    kw = dict(max_new_tokens=request.max_new_tokens, stop_tokens=list(request.stop_tokens or []))
+    if request.temperature > 0:
+        kw.update(do_sample=True, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
+                  seed=request.seed)
+    out = generate(model, [request.prompt], **kw).sequences[0]
+    return [t for t in out if t not in (request.stop_tokens or ())]
+
+
+def _serve(model, requests, max_batch=3, stagger=0.002):
+    """Submit ``requests`` a little apart (so they join a batch already running), wait for all."""
+    batcher = ContinuousBatcher(model, max_batch=max_batch).start()
+    recorder = Recorder()
+    seqs = []
+    for r in requests:
+        seqs.append(batcher.submit(r, recorder))
+        time.sleep(stagger)
+    assert batcher.shutdown(drain=True, timeout=60)
+    return batcher, seqs, recorder
+
+
+MODELS = {
+    "gpt-learned": dict(position="learned"),
+    "llama-rope-gqa": dict(position="rope", norm="rmsnorm", n_heads=4, n_kv_heads=2, d_model=32, d_ff=48),
+    "alibi": dict(position="alibi"),
+    "sinusoidal": dict(position="sinusoidal"),
+    "rnn-lstm": dict(arch="rnn", cell="lstm"),
+    "sliding-rolling": dict(position="rope", attn_impl="sliding", attn_window=4, attn_block=4),
+    "linear-state": dict(position="rope", attn_impl="linear", attn_block=4),
+    "encoder-decoder": dict(arch="encoder-decoder", position="sinusoidal"),
+    "rnn-seq2seq": dict(arch="rnn-seq2seq", cell="gru"),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_greedy_under_load_equals_alone(name):
+    model = _model(**MODELS[name])
+    requests = [Request(p, max_new_tokens=4 + 3 * i, stop_tokens=()) for i, p in enumerate(PROMPTS)]
+    batcher, seqs, _ = _serve(model, requests)
+    for seq in seqs:
+        assert seq.finish_reason == "length"
+        assert seq.tokens == _alone(model, seq.request), name
+    # Sequences whose caches can join share decode steps with ones that started earlier.
+    if runner_for(model).can_join(runner_for(model).new_cache(1)):
+        assert max(batcher.stats.steps) == 3
+
+
+def test_seeded_sampling_is_reproducible_under_load():
+    model = _model(position="rope")
+    sampled = [Request([7, 8, 9][: i + 1], 12, temperature=0.9, top_k=6, top_p=0.95, seed=40 + i, stop_tokens=())
+               for i in range(3)]
+    greedy = [Request(p, 6, stop_tokens=()) for p in PROMPTS[:3]]
+    _, first, _ = _serve(model, [x for pair in zip(sampled, greedy) for x in pair])
+    _, second, _ = _serve(model, sampled + greedy, max_batch=5, stagger=0)
+    by_prompt = {tuple(s.request.prompt): s.tokens for s in second if s.request.temperature > 0}
+    for seq in first[::2]:
+        assert seq.tokens == _alone(model, seq.request) == by_prompt[tuple(seq.request.prompt)]
+
+
+def test_stop_token_ends_a_row_and_is_not_reported():
+    model = _model()
+    probe = generate(model, [PROMPTS[1]], max_new_tokens=6, stop_tokens=[]).sequences[0]
+    stop = probe[2]
+    _, seqs, rec = _serve(model, [Request(PROMPTS[1], 6, stop_tokens=(stop,)), Request(PROMPTS[0], 6, stop_tokens=())])
+    assert seqs[0].finish_reason == "stop"
+    assert seqs[0].tokens == probe[: probe.index(stop)]
+    events = [e for e in rec.events if e[0] == seqs[0].id]
+    assert [t for _, t, f in events if f is None] == seqs[0].tokens
+    assert events[-1] == (seqs[0].id, None, "stop") and len(seqs[1].tokens) == 6
+
+
+def test_context_window_caps_the_new_tokens():
+    model = _model()
+    seq = _serve(model, [Request([t % 37 for t in range(44)], 100, stop_tokens=())])[1][0]
+    assert seq.finish_reason == "length" and len(seq.tokens) == 48 - 44
+    with pytest.raises(TformerError, match="context window"):
+        ContinuousBatcher(model).submit(Request([1] * 48, 5), Recorder())
+    with pytest.raises(TformerError, match=r"token id 37 is outside the vocabulary \[0, 37\)"):
+        ContinuousBatcher(model).submit(Request([1, 37], 5), Recorder())
+
+
+def test_rows_leave_and_the_cache_shrinks_to_the_longest_row_left():
+    model = _model()
+    runner = runner_for(model)
+    long_cache, short_cache = runner.new_cache(1), runner.new_cache(1)
+    runner.prefill(long_cache, torch.tensor([list(range(1, 21))]))
+    runner.prefill(short_cache, torch.tensor([[5, 6, 7]]))
+    joined = runner.join(long_cache, short_cache)
+    assert joined.kv.length == 20 and joined.mask.tolist()[1] == [0] * 17 + [1] * 3
+    assert joined.positions.tolist()[1][-3:] == [0, 1, 2]
+    logits = runner.step(joined, torch.tensor([21, 8]))
+    runner.reorder(joined, torch.tensor([1]))
+    runner.compact(joined)
+    assert joined.kv.length == 4 and joined.mask.tolist() == [[1, 1, 1, 1]]
+    alone = runner.new_cache(1)
+    runner.prefill(alone, torch.tensor([[5, 6, 7]]))
+    torch.testing.assert_close(logits[1], runner.step(alone, torch.tensor([8]))[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(runner.step(joined, torch.tensor([9])), runner.step(alone, torch.tensor([9])),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_caches_that_cannot_join_are_refused_by_name():
+    model = _model(arch="encoder-decoder", position="sinusoidal")
+    runner = runner_for(model)
+    assert not runner.can_join(runner.new_cache(1))
+    with pytest.raises(TformerError, match="one group at a time"):
+        runner.join(runner.new_cache(1), runner.new_cache(1))
+
+
+def test_cancel_and_timeout_free_the_rows():
+    model = _model()
+    batcher = ContinuousBatcher(model, max_batch=4).start()
+    rec = Recorder()
+    long = batcher.submit(Request([1, 2], 40, stop_tokens=()), rec)
+    timed = batcher.submit(Request([3, 4], 40, stop_tokens=(), timeout=0.0), rec)
+    long.cancel()
+    assert batcher.shutdown(drain=True, timeout=30)
+    assert long.finish_reason == "cancelled" and len(long.tokens) < 40
+    assert timed.finish_reason == "timeout" and len(timed.tokens) <= 1
+    assert batcher.active == 0 and batcher.queue_depth == 0
+
+
+def test_queue_full_and_closed():
+    model = _model()
+    batcher = ContinuousBatcher(model, max_batch=1, max_queue=2)  # not started: the queue only fills
+    for _ in range(2):
+        batcher.submit(Request([1], 3), Recorder())
+    with pytest.raises(QueueFull, match="max_queue 2"):
+        batcher.submit(Request([1], 3), Recorder())
+    batcher.start()
+    batcher.shutdown(drain=False, timeout=30)
+    with pytest.raises(Closed, match="shutting down"):
+        batcher.submit(Request([1], 3), Recorder())
+    assert batcher.stats.finished["cancelled"] == 2
+
+
+def test_a_failing_step_ends_its_sequences_and_the_loop_goes_on(monkeypatch):
+    model = _model()
+    batcher = ContinuousBatcher(model, max_batch=4)
+    real_step, calls = batcher.runner.step, []
+
+    def flaky(cache, tokens):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("simulated out of memory")
+        return real_step(cache, tokens)
+
+    monkeypatch.setattr(batcher.runner, "step", flaky)
+    batcher.start()
+    first = batcher.submit(Request([1, 2], 5, stop_tokens=()), Recorder())
+    while not first.done:
+        time.sleep(0.01)
+    after = batcher.submit(Request([1, 2], 5, stop_tokens=()), Recorder())
+    assert batcher.shutdown(drain=True, timeout=30)
+    assert first.finish_reason == "error" and "simulated out of memory" in first.error
+    assert after.finish_reason == "length" and after.tokens == _alone(model, after.request)
+
+
+def test_a_listener_that_raises_cancels_only_its_sequence():
+    model = _model()
+
+    def broken(seq, token, finish):
+        raise BrokenPipeError("client gone")
+
+    batcher = ContinuousBatcher(model, max_batch=2).start()
+    bad = batcher.submit(Request([1, 2], 20, stop_tokens=()), broken)
+    good = batcher.submit(Request([3, 4], 5, stop_tokens=()), Recorder())
+    assert batcher.shutdown(drain=True, timeout=30)
+    assert bad.finish_reason == "cancelled" and good.finish_reason == "length"
+    assert set(batcher.stats.finished) == set(FINISH_REASONS)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5])
+def test_bad_batcher_settings(bad):
+    with pytest.raises(TformerError, match="max_batch must be"):
+        ContinuousBatcher(_model(), max_batch=bad)
+
+
+def test_encoder_models_are_refused():
+    with pytest.raises(TformerError, match="cannot generate"):
+        ContinuousBatcher(_model(arch="encoder", lm_head=True))
