@@ -28,8 +28,8 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -152,7 +152,7 @@ class ContinuousBatcher:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> "ContinuousBatcher":
+    def start(self) -> ContinuousBatcher:
         self._thread = threading.Thread(target=self._loop, name="tformer-batcher", daemon=True)
         self._thread.start()
         return self
@@ -223,7 +223,7 @@ class ContinuousBatcher:
                         self._admit(admit)
                     if self._active:
                         self._step()
-            except Exception as exc:  # one bad batch must not stop the server: end its sequences, go on
+            except Exception as exc:  # noqa: BLE001 -- one bad batch must not stop the server: end its sequences, go on
                 detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 for seq in admit + self._active:
                     if not seq.done:
@@ -338,7 +338,7 @@ class ContinuousBatcher:
     def _tell(seq: Sequence, token, finish) -> None:
         try:
             seq.on_event(seq, token, finish)
-        except Exception:  # a listener's failure (a client gone mid-write) must not stop the loop
+        except Exception:  # noqa: BLE001 -- a listener's failure (a client gone mid-write) must not stop the loop
             seq._cancelled = True
 
 
