@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 import httpx
@@ -122,12 +122,11 @@ class Server:
 
 
 # The clients --------------------------------------------------------------------------------
-@dataclass
-class Outcome:
+class Outcome(NamedTuple):  # a NamedTuple, not a dataclass: the bench tests load this file outside sys.modules
     ok: bool
     tokens: int = 0
     ttft: float | None = None  # seconds from sending to the first token chunk
-    gaps: list[float] = field(default_factory=list)  # seconds per token between token chunks
+    gaps: tuple[float, ...] = ()  # seconds per token between token chunks
     error: str = ""
 
 
@@ -153,7 +152,7 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict, headers: 
                     break
                 chunk = json.loads(data)
                 if "error" in chunk:
-                    return Outcome(False, tokens, ttft, gaps, f"stream error: {str(chunk['error'])[:120]}")
+                    return Outcome(False, tokens, ttft, tuple(gaps), f"stream error: {str(chunk['error'])[:120]}")
                 n = sum(len(c.get("token_ids") or []) for c in chunk.get("choices", []))
                 if not n:
                     continue
@@ -164,8 +163,8 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict, headers: 
                     gaps.extend([(now - last) / n] * n)
                 last, tokens = now, tokens + n
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        return Outcome(False, tokens, ttft, gaps, f"{type(exc).__name__}: {str(exc)[:120]}")
-    return Outcome(done, tokens, ttft, gaps, "" if done else "stream ended without [DONE]")
+        return Outcome(False, tokens, ttft, tuple(gaps), f"{type(exc).__name__}: {str(exc)[:120]}")
+    return Outcome(done, tokens, ttft, tuple(gaps), "" if done else "stream ended without [DONE]")
 
 
 async def drive(url: str, clients: int, requests: int, body_for, time_limit: float, headers: dict) -> dict:
@@ -234,7 +233,8 @@ def prediction_device():
 def predicted_speedups(config, levels: list[int], max_batch: int, context: int) -> dict[int, dict]:
     device = prediction_device()
     batches = sorted({min(c, max_batch) for c in levels})
-    by_model = {model: {r["batch"]: r["speedup"] for r in decode_speedups(config, device, batches, context, model=model)}
+    by_model = {model: {r["batch"]: r["speedup"]
+                        for r in decode_speedups(config, device, batches, context, model=model)}
                 for model in ("auto", "peak")}
     return {c: {"batch": min(c, max_batch), "device": device.name,
                 "profile": by_model["auto"][min(c, max_batch)], "peak": by_model["peak"][min(c, max_batch)]}
@@ -327,8 +327,9 @@ def main(argv=None) -> int:
         model_args, config = model_source(args, tmp)
         print(f"model: {config.n_layers} layers, d_model {config.d_model}, vocab {config.vocab_size}; prompts of "
               f"{PROMPT_TOKENS} tokens, {args.max_tokens} new tokens each, greedy, streamed")
-        results = {"continuous": run_mode("continuous batching", model_args, args.max_batch, args, config.vocab_size, tmp),
-                   "one-at-a-time": run_mode("one at a time", model_args, 1, args, config.vocab_size, tmp)}
+        vocab = config.vocab_size
+        results = {"continuous": run_mode("continuous batching", model_args, args.max_batch, args, vocab, tmp),
+                   "one-at-a-time": run_mode("one at a time", model_args, 1, args, vocab, tmp)}
     predicted = predicted_speedups(config, args.levels, args.max_batch, PROMPT_TOKENS + args.max_tokens // 2)
     print()
     print(level_table(results))

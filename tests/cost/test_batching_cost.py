@@ -30,7 +30,8 @@ SMALL = ModelConfig(arch="decoder", n_layers=4, d_model=256, n_heads=4, d_ff=102
 @pytest.mark.parametrize("device", [TEXTBOOK, MEASURED], ids=["textbook", "measured"])
 @pytest.mark.parametrize("context", [0, 8, 63])
 def test_batch_one_is_the_ledgers_decode_prediction(device, context):
-    expected = roofline(ledger(TINY, Workload(phase="decode", batch=1, seq=context + 1, context=context)), device).time_s
+    step = Workload(phase="decode", batch=1, seq=context + 1, context=context)
+    expected = roofline(ledger(TINY, step), device).time_s
     s = decode_speed(TINY, device, 1, context)
     assert s.seconds == expected
     assert s.tokens_per_s == 1 / expected

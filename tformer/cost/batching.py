@@ -148,5 +148,5 @@ def device_roofs(device, dtype: str = "fp32") -> tuple[float | None, float | Non
     return device.peak(COMPUTE_DTYPE[dtype]), device.bandwidth
 
 
-__all__ = ["DecodeSpeed", "DecodeTerms", "OpGroup", "crossover_batch", "decode_ledger", "decode_speed", "decode_speedups",
-           "decode_terms", "device_roofs"]
+__all__ = ["DecodeSpeed", "DecodeTerms", "OpGroup", "crossover_batch", "decode_ledger", "decode_speed",
+           "decode_speedups", "decode_terms", "device_roofs"]
