@@ -6,6 +6,7 @@ every line a user reads, ratio and ceiling included, is still produced from live
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -49,8 +50,6 @@ def test_decode_speed_runs_and_reports_ratio_and_budget(capsys, tmp_path):
     # default over tformer's best own path, and compiled over the roofline
     assert re.search(r"^\s+1\s+yes(\s+[\d.]+){8}\s+[\d.]+x\s+[\d.]+x\s+\d+%$", out, re.M)
     assert "best ratio with the products at the stream rate" in out
-    import json
-
     record = json.loads(out_json.read_text())["decode"][0]
     assert record["glue_s"] > 0 and record["weights_at_read_bw_s"] > 0 and record["ratio"] > 0
     assert record["plain_tokens_per_s"] > 0 and record["split_tokens_per_s"] > 0
@@ -81,8 +80,6 @@ TINY_TRAIN = ["--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2"
 
 def _train_record(train, args, out_json):
     assert train.main([*TINY_TRAIN, *args, "--json", str(out_json)]) == 0
-    import json
-
     return json.loads(out_json.read_text())
 
 
@@ -162,8 +159,6 @@ def test_attention_scaling_prints_each_table_and_the_target_line(capsys, tmp_pat
     assert guide and guide[1] in EXACT_KINDS and guide[2] in ATTN_KINDS  # fastest exact, fastest of all
     assert len(re.findall(r"^(\w+)\s+256\s+\S+", out, re.M)) >= len(ATTN_KINDS)  # every kind ran
     assert "target: tiled at n = 8192 peak" in out
-    import json
-
     record = json.loads(out_json.read_text())
     assert [k["kind"] for k in record["kinds"]][:2] == ["sdpa", "reference"]
     assert all(p["measured_peak"] > 0 for k in record["kinds"] for p in k["points"])
@@ -178,9 +173,27 @@ def test_attention_quality_trains_each_kind_beside_exact_attention(capsys, tmp_p
     assert re.search(r"^kind\s+family\s+settings\s+validation loss\s+vs sdpa$", out, re.M)
     assert re.search(r"^sdpa\s+exact\s+-\s+[\d.]+\s+-$", out, re.M)
     assert re.search(r"^reference\s+exact\s+-\s+[\d.]+\s+[+-][\d.]+$", out, re.M)
-    import json
-
     record = json.loads(out_json.read_text())
     assert record["steps"] == 2 and [k["kind"] for k in record["kinds"]] == ["sdpa", "reference"]
     # same seed, same data, same weights: the two exact kinds agree
     assert record["kinds"][0]["val_loss"] == pytest.approx(record["kinds"][1]["val_loss"], abs=1e-3)
+
+
+def test_serve_load_quick_drives_both_servers_and_prints_the_table(capsys, tmp_path):
+    pytest.importorskip("httpx")
+    serve_load = load("serve_load")
+    out_json = tmp_path / "serve_load.json"
+    assert serve_load.main(["--quick", "--levels", "1,2", "--requests", "3", "--max-tokens", "4",
+                            "--time-limit", "120", "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^machine: .+ BLAS \S+", out, re.M)
+    for mode in ("continuous", "one-at-a-time"):
+        for clients in (1, 2):  # every request answered, 4 tokens each, nothing failed
+            assert re.search(rf"^{mode}\s+{clients}\s+3\s+0\s+[\d.]+\s+[\d.]+(\s+[\d.]+){{6}}\s*$", out, re.M), mode
+    assert re.search(r"^2\s+[\d.]+\s+[\d.]+\s+[\d.]+x\s+2\s+[\d.]+x\s+[\d.]+x$", out, re.M)
+    assert "failed requests: 0 (meets the zero-failure target)" in out
+    record = json.loads(out_json.read_text())
+    for mode in ("continuous", "one-at-a-time"):
+        for level in record["results"][mode].values():
+            assert level["tokens"] == 3 * 4 and level["failed"] == 0 and level["unfinished"] == 0
+    assert record["predicted_speedup"]["1"]["profile"] == 1.0

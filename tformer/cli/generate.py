@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from tformer.core.errors import TformerError
 
@@ -69,45 +68,9 @@ def add_arguments(parser) -> None:
 def load_source(args):
     """(model, tokenizer or None, a label for the output) from --ckpt or --hf."""
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-    from tformer.interop.checkpoint import load_checkpoint
+    from tformer.interop.source import load_source as load
 
-    if args.hf:
-        # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-        import tformer
-
-        model = tformer.load_hf(args.hf)
-        return model, _hf_tokenizer(Path(args.hf)), str(args.hf)
-    if not args.ckpt:
-        raise TformerError("pass --ckpt DIR or --hf DIR")
-    model, tokenizer = load_checkpoint(Path(args.ckpt))
-    return model, tokenizer, str(args.ckpt)
-
-
-class _HFTokenizerAdapter:
-    """HF `tokenizers` Tokenizer behind the same encode/decode calls as tformer's tokenizers."""
-
-    def __init__(self, tok):
-        self.tok = tok
-
-    def encode(self, text):
-        return self.tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids, skip_special=False):
-        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
-
-
-def _hf_tokenizer(directory):
-    path = directory / "tokenizer.json"
-    if not path.is_file():
-        return None
-    # deferred: the tokenizer library loads only for the tokenizer that needs it
-    from tokenizers import Tokenizer
-
-
-    try:
-        return _HFTokenizerAdapter(Tokenizer.from_file(str(path)))
-    except Exception as exc:  # the library raises its own exception type for a malformed file
-        raise TformerError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    return load(args.ckpt, args.hf)
 
 
 # Settings -----------------------------------------------------------------------------------

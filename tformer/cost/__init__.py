@@ -8,7 +8,8 @@
 Modules: architecture (one description of each architecture, read by the model too), workload,
 ops (the Op record and primitive costs), attention (the attention rows, one cost function per
 attention kind), oplist (walks the description into ops), ledger (the op list and its totals), memory,
-roofline, scaling (what-ifs, crossovers, training runs, compute-optimal sizes), formulas (the
+roofline, batching (decode speed by batch size: what batching buys), scaling (what-ifs, crossovers,
+training runs, compute-optimal sizes), formulas (the
 textbook's closed forms), conventions (the conventions in force; the course's count), hardware.
 """
 

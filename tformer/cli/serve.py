@@ -1,0 +1,68 @@
+"""`tformer serve`: an OpenAI-compatible HTTP server with continuous batching (docs/SERVE.md).
+
+    tformer serve --ckpt runs/char/final                      # http://127.0.0.1:8000/v1/completions
+    tformer serve --hf all-minilm-l6-v2 --port 8001           # /v1/embeddings for an encoder
+    tformer serve --ckpt runs/x --host 0.0.0.0 --api-key "$KEY"
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tformer.cli.generate import add_source_arguments
+from tformer.core.errors import TformerError
+
+NAME = "serve"
+HELP = ("Serve a model over HTTP: /v1/completions (continuous batching, streaming), /v1/embeddings (encoders), "
+        "/health, /metrics.")
+
+
+def add_arguments(parser) -> None:
+    add_source_arguments(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (0 = any free port)")
+    parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
+    parser.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (1 = one at a time)")
+    parser.add_argument("--max-queue", type=int, default=256, help="requests that may wait; beyond: 429")
+    parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body; beyond: 413")
+    parser.add_argument("--request-timeout", type=float, default=60.0,
+                        help="seconds a completion may take; then it ends with finish_reason 'timeout'")
+    parser.add_argument("--batch-window-ms", type=float, default=5.0,
+                        help="embeddings: how long the first request waits for others to share its batch")
+    parser.add_argument("--no-normalize", action="store_true", help="embeddings: mean pooling without L2 norm")
+
+
+def _check(args) -> None:
+    for name in ("max_batch", "max_queue", "max_body_bytes"):
+        if getattr(args, name) < 1:
+            raise TformerError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.port <= 65535:
+        raise TformerError(f"--port must be in [0, 65535], got {args.port}")
+    if not args.request_timeout > 0:
+        raise TformerError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
+    if not 0 <= args.batch_window_ms <= 10_000:
+        raise TformerError(f"--batch-window-ms must be in [0, 10000], got {args.batch_window_ms}")
+    if args.api_key is not None and not args.api_key.strip():
+        raise TformerError("--api-key is empty; pass a key or leave the flag out")
+
+
+def run(args) -> int:
+    _check(args)
+    # deferred: torch, FastAPI and uvicorn load only when this command runs, so `tformer --help` stays fast
+    from tformer.interop.source import load_source
+    from tformer.serve import ServeSettings, bind, create_app, is_loopback, make_server
+
+    sock = bind(args.host, args.port)  # before loading the model: a port in use fails at once
+    model, tokenizer, label = load_source(args.ckpt, args.hf)
+    settings = ServeSettings(max_batch=args.max_batch, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+                             request_timeout=args.request_timeout, batch_window_ms=args.batch_window_ms,
+                             api_key=args.api_key, normalize=not args.no_normalize)
+    app = create_app(model, tokenizer, name=label, settings=settings)
+    if not is_loopback(args.host) and args.api_key is None:
+        print(f"tformer serve: warning: listening on {args.host} without --api-key: anyone who can reach it can use it",
+              file=sys.stderr)
+    host, port = sock.getsockname()[:2]
+    print(f"tformer serve: {label} ({model.config.traits.label}) on http://{host}:{port} "
+          f"(max batch {args.max_batch}, queue {args.max_queue}); Ctrl-C or SIGTERM drains and stops", flush=True)
+    make_server(app).run(sockets=[sock])
+    return 0

@@ -1,0 +1,120 @@
+"""Requests checked against the model served: prompt lengths, the context window, the vocabulary, the endpoint.
+
+A schema says what a field may hold in general; these say what fits this model, with the largest value
+that would have been accepted in the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tformer.core.errors import TformerError
+from tformer.generate.continuous import Request
+from tformer.serve.errors import APIError
+from tformer.serve.schemas import CompletionRequest, EmbeddingRequest
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the checks need to know of the model: sizes, kind and tokenizer."""
+
+    name: str
+    vocab_size: int
+    max_positions: int
+    eos_token_id: int | None
+    generates: bool  # a decoder or encoder-decoder: /v1/completions
+    takes_source: bool  # encoder-decoder: the prompt is the source, the answer starts from nothing
+    tokenizer: object | None
+
+    @classmethod
+    def of(cls, model, tokenizer, name: str) -> "ModelInfo":
+        c, traits = model.config, model.config.traits
+        return cls(name, c.vocab_size, c.max_positions, c.eos_token_id, bool(traits.decoder), bool(traits.seq2seq),
+                   tokenizer)
+
+    @property
+    def kind(self) -> str:
+        return "an encoder model" if not self.generates else "a generative model"
+
+
+def _check_ids(ids: list[int], info: ModelInfo, param: str) -> None:
+    bad = next((t for t in ids if not 0 <= t < info.vocab_size), None)
+    if bad is not None:
+        raise APIError(400, f"{param} holds token id {bad}, outside the vocabulary [0, {info.vocab_size})",
+                       param=param, code="token_out_of_range")
+
+
+def _encode(info: ModelInfo, text: str, param: str, special: bool = False) -> list[int]:
+    if info.tokenizer is None:
+        raise APIError(400, f"this model has no tokenizer, so {param} cannot be text; send token ids, e.g. [1, 2, 3]",
+                       param=param, code="no_tokenizer")
+    try:
+        if special:
+            try:
+                return list(info.tokenizer.encode(text, add_special_tokens=True))
+            except TypeError:  # a tformer tokenizer without special-token framing (char-level)
+                pass
+        return list(info.tokenizer.encode(text))
+    except TformerError as exc:  # text the tokenizer cannot encode (a character outside its vocabulary)
+        raise APIError(400, f"{param}: {exc}", param=param, code="cannot_encode") from None
+
+
+def _fit(ids: list[int], info: ModelInfo, param: str) -> list[int]:
+    if not ids:
+        raise APIError(400, f"{param} is empty; give at least one token (text that encodes to no tokens counts as "
+                       "empty)", param=param, code="empty_prompt")
+    if len(ids) > info.max_positions:
+        raise APIError(400, f"{param} is {len(ids)} tokens, beyond the context window of {info.max_positions}; "
+                       "shorten it", param=param, code="prompt_too_long")
+    _check_ids(ids, info, param)
+    return ids
+
+
+def completion_prompt(req: CompletionRequest, info: ModelInfo) -> list[int]:
+    """The prompt as token ids, checked against the vocabulary and the context window."""
+    if not info.generates:
+        raise APIError(400, f"{info.name} is an encoder model: it does not generate; use /v1/embeddings",
+                       param=None, code="wrong_endpoint")
+    prompt = req.prompt[0] if isinstance(req.prompt, list) and req.prompt and not isinstance(req.prompt[0], int) \
+        else req.prompt
+    ids = _encode(info, prompt, "prompt") if isinstance(prompt, str) else list(prompt)
+    ids = _fit(ids, info, "prompt")
+    used = 1 if info.takes_source else len(ids)  # the decoder's start token, or the prompt itself
+    room = info.max_positions - used
+    if room < 1:
+        raise APIError(400, f"prompt is {len(ids)} tokens and fills the context window of {info.max_positions}; "
+                       "shorten it", param="prompt", code="prompt_too_long")
+    if req.max_tokens > room:
+        raise APIError(400, f"max_tokens is {req.max_tokens}, but with a prompt of {used} tokens the context window "
+                       f"of {info.max_positions} leaves room for {room}; set max_tokens <= {room}",
+                       param="max_tokens", code="beyond_context")
+    if req.stop is not None and info.tokenizer is None:
+        raise APIError(400, "this model has no tokenizer, so stop strings cannot be matched; use stop_token_ids",
+                       param="stop", code="no_tokenizer")
+    if req.stop_token_ids:
+        _check_ids(req.stop_token_ids, info, "stop_token_ids")
+    return ids
+
+
+def engine_request(req: CompletionRequest, prompt: list[int], info: ModelInfo, timeout: float | None) -> Request:
+    """The batcher's Request: the stop tokens given are added to the model's end-of-sequence token."""
+    stop = None
+    if req.stop_token_ids is not None:
+        stop = tuple(sorted(set(req.stop_token_ids) | ({info.eos_token_id} if info.eos_token_id is not None else set())))
+    return Request(prompt, max_new_tokens=req.max_tokens, temperature=req.temperature, top_k=req.top_k,
+                   top_p=req.top_p, stop_tokens=stop, seed=req.seed, timeout=timeout)
+
+
+def embedding_rows(req: EmbeddingRequest, info: ModelInfo) -> list[list[int]]:
+    """Each input as token ids (text framed with the tokenizer's special tokens, e.g. [CLS] ... [SEP])."""
+    if info.generates:
+        raise APIError(400, f"{info.name} is a generative model: /v1/embeddings serves encoder models only; use "
+                       "/v1/completions", param=None, code="wrong_endpoint")
+    raw = req.input
+    if isinstance(raw, str) or (raw and isinstance(raw[0], int)) or not raw:
+        raw = [raw]
+    rows = [_encode(info, r, "input", special=True) if isinstance(r, str) else list(r) for r in raw]
+    return [_fit(r, info, "input") for r in rows]
+
+
+__all__ = ["ModelInfo", "completion_prompt", "embedding_rows", "engine_request"]

@@ -1,0 +1,136 @@
+"""POST /v1/completions over the ContinuousBatcher: one JSON answer, or server-sent events token by token.
+
+The batcher calls ``on_event`` on its own thread; each event crosses to the event loop with
+``loop.call_soon_threadsafe`` into an asyncio.Queue. A client that goes away (streaming or not) cancels
+its sequence, so its rows leave the batch at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+from fastapi import Request as HTTPRequest
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from tformer.core.errors import TformerError
+from tformer.generate.continuous import Closed, ContinuousBatcher, QueueFull
+from tformer.serve.checks import ModelInfo, completion_prompt, engine_request
+from tformer.serve.errors import APIError
+from tformer.serve.metrics import Metrics
+from tformer.serve.schemas import CompletionRequest, parse_body
+from tformer.serve.textstream import IncrementalText
+
+EARLY_ENDS = ("timeout", "cancelled", "error")  # finish reasons counted as errors in /metrics
+
+
+def submit_or_refuse(submit):
+    """``submit()``, with the batcher's refusals as HTTP answers: 429 (queue full) and 503 (shutting down)."""
+    try:
+        return submit()
+    except QueueFull as exc:
+        raise APIError(429, str(exc), code="queue_full", headers={"Retry-After": "1"}) from None
+    except Closed as exc:
+        raise APIError(503, str(exc), code="shutting_down", headers={"Retry-After": "5"}) from None
+    except TformerError as exc:
+        raise APIError(400, str(exc), code="invalid_value") from None
+
+
+async def wait_disconnect(receive) -> None:
+    """Returns when the client has gone (the ASGI server reports http.disconnect once the body is read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class Completions:
+    def __init__(self, batcher: ContinuousBatcher, info: ModelInfo, metrics: Metrics, request_timeout: float | None):
+        self.batcher, self.info, self.metrics, self.timeout = batcher, info, metrics, request_timeout
+
+    async def __call__(self, request: HTTPRequest) -> Response:
+        req = parse_body(await request.body(), CompletionRequest)
+        prompt = completion_prompt(req, self.info)
+        loop, events = asyncio.get_running_loop(), asyncio.Queue()
+
+        def on_event(seq, token, finish):  # on the batcher's thread
+            loop.call_soon_threadsafe(events.put_nowait, (token, finish))
+
+        seq = submit_or_refuse(lambda: self.batcher.submit(engine_request(req, prompt, self.info, self.timeout),
+                                                           on_event))
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": self.info.name}
+        pieces = self._pieces(seq, events, IncrementalText(self.info.tokenizer, req.stop_strings()))
+        if req.stream:
+            return StreamingResponse(self._sse(seq, pieces, head, len(prompt)), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        collect = asyncio.ensure_future(self._collect(pieces))
+        gone = asyncio.ensure_future(wait_disconnect(request.receive))
+        try:
+            await asyncio.wait({collect, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not collect.done():  # the client left (or the server is stopping): free its rows
+                seq.cancel()
+                collect.cancel()
+        if not collect.done() or collect.cancelled():
+            return Response(status_code=499)
+        text, tokens, finish = collect.result()
+        if finish == "error":
+            raise APIError(500, f"generation failed: {seq.error}", code="generation_error")
+        choice = {"index": 0, "text": text, "token_ids": tokens, "finish_reason": finish}
+        return JSONResponse({**head, "choices": [choice], "usage": _usage(len(prompt), len(tokens))})
+
+    async def _pieces(self, seq, events: asyncio.Queue, text: IncrementalText):
+        """(new text, new token ids, finish reason or None) as the batcher reports; a stop string ends it."""
+        started = time.monotonic()
+        while True:
+            token, finish = await events.get()
+            if finish is not None:
+                if finish in EARLY_ENDS:
+                    self.metrics.errors.labels(finish).inc()
+                yield text.finish(), [], finish
+                return
+            if not text.tokens:
+                self.metrics.ttft.observe(time.monotonic() - started)
+            self.metrics.tokens.inc()
+            piece = text.push(token)
+            if text.stopped:
+                seq.cancel()  # the stop string is in the text: the rest would be cut anyway
+                yield piece, [token], "stop"
+                return
+            yield piece, [token], None
+
+    @staticmethod
+    async def _collect(pieces):
+        parts, tokens = [], []
+        async for piece, ids, finish in pieces:
+            parts.append(piece)
+            tokens += ids
+            if finish is not None:
+                return "".join(parts), tokens, finish
+
+    async def _sse(self, seq, pieces, head: dict, prompt_tokens: int):
+        produced = 0
+        try:
+            async for piece, ids, finish in pieces:
+                produced += len(ids)
+                chunk = {**head, "choices": [{"index": 0, "text": piece, "token_ids": ids, "finish_reason": finish}]}
+                if finish is not None:
+                    chunk["usage"] = _usage(prompt_tokens, produced)
+                    if finish == "error":
+                        chunk["error"] = {"message": f"generation failed: {seq.error}", "type": "server_error",
+                                          "param": None, "code": "generation_error"}
+                yield f"data: {json.dumps(chunk)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            if not seq.done:  # the client went away mid-stream (the response task was cancelled)
+                seq.cancel()
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+__all__ = ["Completions", "submit_or_refuse", "wait_disconnect"]

@@ -1,0 +1,123 @@
+"""The request bodies, checked before anything reaches the model.
+
+Types are strict: "5" is not a number and true is not a whole number; unknown fields are refused.
+``parse_body`` reads the raw bytes itself (not FastAPI's body parsing) so every way a body can be
+broken (not UTF-8, not JSON, NaN/Infinity, nesting past Python's recursion limit, integers longer
+than the interpreter parses) is one 400 answer naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tformer.serve.errors import APIError
+
+MAX_STOP = 4
+MAX_EMBED_INPUTS = 256
+SEED_LIMIT = 2 ** 63
+
+OneText = Annotated[list[str], Field(min_length=1, max_length=1)]
+OneIds = Annotated[list[list[int]], Field(min_length=1, max_length=1)]
+
+# What each field accepts, said in every 400 that names it.
+FIELD_RULES = {
+    "model": "a string (any name: this server serves one model)",
+    "prompt": "a string, a list of token ids, or a list of one string or one list of token ids",
+    "max_tokens": "a whole number >= 1 (prompt tokens + max_tokens must fit the context window)",
+    "temperature": "a number in [0, 2] (0 = greedy)",
+    "top_p": "a number in (0, 1]",
+    "top_k": "a whole number >= 0 (0 = off)",
+    "stop": f"a string or a list of at most {MAX_STOP} non-empty strings",
+    "stop_token_ids": "a list of token ids in [0, vocab_size)",
+    "seed": "a whole number in [0, 2**63)",
+    "stream": "true or false",
+    "n": "1 (one choice per request is supported)",
+    "user": "a string",
+    "input": f"a string, a list of at most {MAX_EMBED_INPUTS} strings, a list of token ids, or a list of lists of "
+             "token ids",
+    "encoding_format": "\"float\"",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class CompletionRequest(_Strict):
+    """POST /v1/completions: OpenAI's subset, plus top_k and stop_token_ids."""
+
+    model: str | None = None
+    prompt: Union[str, list[int], OneText, OneIds]
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    stop: Union[str, Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)], None] = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
+    stream: bool = False
+    n: int = Field(1, ge=1, le=1)
+    user: str | None = None
+
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class EmbeddingRequest(_Strict):
+    """POST /v1/embeddings: one input or a list of them, as text or token ids."""
+
+    model: str | None = None
+    input: Union[str, list[int], Annotated[list[str], Field(min_length=1, max_length=MAX_EMBED_INPUTS)],
+                 Annotated[list[list[int]], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]]
+    encoding_format: str = Field("float", pattern="^float$")
+    user: str | None = None
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_body(raw: bytes, schema: type[BaseModel]):
+    """``schema`` from the raw body, or an APIError(400) naming the field and what it accepts."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise APIError(400, "the body is not UTF-8 text; send JSON encoded as UTF-8", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "the JSON nests too deeply; send a flat request object", code="invalid_json") from None
+    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, an integer with too many digits
+        raise APIError(400, f"the body is not valid JSON ({str(exc).splitlines()[0]}); send one JSON object",
+                       code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, f"the body is JSON {type(data).__name__}, not an object; send one JSON object",
+                       code="invalid_json")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc, schema) from None
+    except RecursionError:
+        raise APIError(400, "the JSON nests too deeply; send a flat request object", code="invalid_json") from None
+
+
+def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> APIError:
+    first = exc.errors(include_url=False)[0]
+    loc = first.get("loc") or ()
+    param = str(loc[0]) if loc else None
+    if first.get("type") == "extra_forbidden":
+        known = ", ".join(schema.model_fields)
+        return APIError(400, f"unknown field {param!r}; known fields: {known}",
+                        param=param, code="unknown_field")
+    if first.get("type") == "missing":
+        return APIError(400, f"{param} is required: {FIELD_RULES.get(param, 'a value')}", param=param,
+                        code="missing_field")
+    rule = FIELD_RULES.get(param, "a valid value")
+    return APIError(400, f"{param}: {first.get('msg', 'invalid value')}; expected {rule}", param=param,
+                    code="invalid_value")
+
+
+__all__ = ["CompletionRequest", "EmbeddingRequest", "FIELD_RULES", "MAX_EMBED_INPUTS", "MAX_STOP", "parse_body"]
