@@ -20,10 +20,11 @@ from tformer.serve import ServeSettings, bind, create_app, make_server
 TEXT = "to be or not to be, that is the question. héllo wörld\n"
 
 
-def write_checkpoint(path, arch: str, tokenizer: bool, **kw):
+def write_checkpoint(path, arch: str, tokenizer: bool, max_positions: int = 48, **kw):
     tok = CharTokenizer.from_text(TEXT, specials={"pad": "<pad>", "bos": "<s>", "eos": "</s>"}) if tokenizer else None
     config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, d_ff=64,
-                         vocab_size=tok.vocab_size if tok else 40, max_positions=48, tied_embeddings=False, **kw)
+                         vocab_size=tok.vocab_size if tok else 40, max_positions=max_positions, tied_embeddings=False,
+                         **kw)
     torch.manual_seed(0)
     model = build(config)
     with torch.no_grad():
@@ -68,7 +69,7 @@ class LiveServer:
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     return {"dec": write_checkpoint(root / "dec", "decoder", tokenizer=True),
-            "ids": write_checkpoint(root / "ids", "decoder", tokenizer=False, eos_token_id=3),
+            "ids": write_checkpoint(root / "ids", "decoder", tokenizer=False, max_positions=1024, eos_token_id=3),
             "enc": write_checkpoint(root / "enc", "encoder", tokenizer=False)}
 
 
@@ -95,5 +96,28 @@ def ids_server(checkpoints):
 @pytest.fixture(scope="module")
 def enc(checkpoints):
     server = _live(checkpoints["enc"], "tiny-enc", max_batch=8, batch_window_ms=20)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def slow(checkpoints):
+    """Every completion runs past its (tiny) time limit."""
+    server = _live(checkpoints["ids"], "tiny-timeout", request_timeout=1e-4)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_queue(checkpoints):
+    """One request at a time and one waiting: the rest are refused (429)."""
+    server = _live(checkpoints["ids"], "tiny-one", max_batch=1, max_queue=1)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(checkpoints):
+    server = _live(checkpoints["ids"], "tiny-key", api_key="s3cret")
     yield server
     server.stop()
