@@ -69,13 +69,24 @@ class LiveServer:
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     return {"dec": write_checkpoint(root / "dec", "decoder", tokenizer=True),
-            "ids": write_checkpoint(root / "ids", "decoder", tokenizer=False, max_positions=1024, eos_token_id=3),
+            "ids": write_checkpoint(root / "ids", "decoder", tokenizer=False, eos_token_id=3),
+            "long": write_checkpoint(root / "long", "decoder", tokenizer=False, max_positions=1024),
             "enc": write_checkpoint(root / "enc", "encoder", tokenizer=False)}
 
 
-def _live(path, name, **settings):
+def _live(path, name, pace: float = 0.0, **settings):
+    """A live server; ``pace`` seconds added to each decode step make a long request outlast a client's
+    disconnect by a wide margin (the disconnect tests need the sequence still running when it arrives)."""
     model, tok = load_checkpoint(path)
     server = LiveServer(model, tok, name, ServeSettings(**settings))
+    if pace:
+        runner, step = server.engine.runner, server.engine.runner.step
+
+        def paced_step(cache, tokens):
+            time.sleep(pace)
+            return step(cache, tokens)
+
+        runner.step = paced_step
     return server
 
 
@@ -111,7 +122,7 @@ def slow(checkpoints):
 @pytest.fixture(scope="module")
 def slow_queue(checkpoints):
     """One request at a time and one waiting: the rest are refused (429)."""
-    server = _live(checkpoints["ids"], "tiny-one", max_batch=1, max_queue=1)
+    server = _live(checkpoints["long"], "tiny-one", pace=0.005, max_batch=1, max_queue=1)
     yield server
     server.stop()
 
@@ -119,5 +130,13 @@ def slow_queue(checkpoints):
 @pytest.fixture(scope="module")
 def keyed(checkpoints):
     server = _live(checkpoints["ids"], "tiny-key", api_key="s3cret")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def paced(checkpoints):
+    """Decode steps of at least 5 ms: a 1000-token request runs for seconds."""
+    server = _live(checkpoints["long"], "tiny-paced", pace=0.005)
     yield server
     server.stop()

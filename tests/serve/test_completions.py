@@ -43,7 +43,7 @@ def test_greedy_under_load_equals_generate_alone(ids_server):
 
 
 def test_seeded_sampling_is_reproducible_and_equals_generate(ids_server):
-    body = dict(prompt=[5, 6, 7], max_tokens=20, temperature=0.9, top_k=12, top_p=0.95, seed=1234)
+    body = {"prompt": [5, 6, 7], "max_tokens": 20, "temperature": 0.9, "top_k": 12, "top_p": 0.95, "seed": 1234}
     first = _complete(ids_server, **body)["choices"][0]
     second = _complete(ids_server, **body)["choices"][0]
     assert first["token_ids"] == second["token_ids"]
@@ -66,7 +66,7 @@ def test_text_prompt_answer_and_stream_agree(dec):
     assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == plain["finish_reason"]
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
     assert "".join(c["choices"][0]["text"] for c in chunks) == plain["text"]
-    assert sum((c["choices"][0]["token_ids"] for c in chunks), []) == plain["token_ids"]
+    assert [t for c in chunks for t in c["choices"][0]["token_ids"]] == plain["token_ids"]
 
 
 def test_stop_string_cuts_the_text(dec):
@@ -88,7 +88,7 @@ def test_incremental_text_never_splits_a_character():
     assert "\ufffd" not in "".join(pieces)
     assert "".join(pieces) + text.finish() == "héllo wörld E"
     text = IncrementalText(Bytes(), ["END"])
-    pieces = [text.push(b) for b in "a ENDb".encode()]
+    pieces = [text.push(b) for b in b"a ENDb"]
     assert text.stopped and "".join(pieces) == "a "
 
 

@@ -199,9 +199,15 @@ def test_garbage_instead_of_http(dec):
     assert_alive(dec)
 
 
-def _wait_idle(server) -> None:
+def _finished(server) -> int:
+    return sum(server.engine.stats.finished.values())
+
+
+def _wait_idle(server, finished: int | None = None) -> None:
+    """Until nothing runs or waits (and, given ``finished``, that many sequences have ended in all)."""
     deadline = time.monotonic() + 20
-    while (server.engine.active or server.engine.queue_depth) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (server.engine.active or server.engine.queue_depth or
+                                           (finished is not None and _finished(server) < finished)):
         time.sleep(0.01)
     assert server.engine.active == 0 and server.engine.queue_depth == 0
 
@@ -213,39 +219,39 @@ def _cancelled(server) -> int:
 LONG = {"prompt": [1, 2], "max_tokens": 1000, "temperature": 0, "stop_token_ids": []}
 
 
-def test_client_leaves_mid_stream_frees_its_rows(ids_server):
-    before = _cancelled(ids_server)
+def test_client_leaves_mid_stream_frees_its_rows(paced):
+    before, ended = _cancelled(paced), _finished(paced)
     payload = json.dumps({**LONG, "stream": True}).encode()
-    sock = _raw(ids_server, _head("/v1/completions", len(payload)) + payload)
+    sock = _raw(paced, _head("/v1/completions", len(payload)) + payload)
     seen = b""
     while b"data: " not in seen:  # streaming has begun
         seen += sock.recv(4096)
     sock.close()
-    _wait_idle(ids_server)
-    assert _cancelled(ids_server) == before + 1
-    assert_alive(ids_server)
+    _wait_idle(paced, ended + 1)
+    assert _cancelled(paced) == before + 1
+    assert_alive(paced)
 
 
 def test_client_leaves_while_waiting_for_a_plain_answer(slow_queue):
-    before = _cancelled(slow_queue)
+    before, ended = _cancelled(slow_queue), _finished(slow_queue)
     payload = json.dumps(LONG).encode()
     sock = _raw(slow_queue, _head("/v1/completions", len(payload)) + payload)
     deadline = time.monotonic() + 20
     while slow_queue.engine.active == 0 and time.monotonic() < deadline:
         time.sleep(0.002)
     sock.close()
-    _wait_idle(slow_queue)
+    _wait_idle(slow_queue, ended + 1)
     assert _cancelled(slow_queue) == before + 1
     assert_alive(slow_queue)
 
 
-def test_httpx_stream_closed_early(ids_server):
-    before = _cancelled(ids_server)
-    with ids_server.client.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as r:
+def test_httpx_stream_closed_early(paced):
+    before, ended = _cancelled(paced), _finished(paced)
+    with paced.client.stream("POST", "/v1/completions", json={**LONG, "stream": True}) as r:
         next(r.iter_lines())
-    _wait_idle(ids_server)
-    assert _cancelled(ids_server) == before + 1
-    assert_alive(ids_server)
+    _wait_idle(paced, ended + 1)
+    assert _cancelled(paced) == before + 1
+    assert_alive(paced)
 
 
 def test_queue_full_answers_429_with_retry_after(slow_queue):

@@ -27,7 +27,7 @@ class ModelInfo:
     tokenizer: object | None
 
     @classmethod
-    def of(cls, model, tokenizer, name: str) -> "ModelInfo":
+    def of(cls, model, tokenizer, name: str) -> ModelInfo:
         c, traits = model.config, model.config.traits
         return cls(name, c.vocab_size, c.max_positions, c.eos_token_id, bool(traits.decoder), bool(traits.seq2seq),
                    tokenizer)
