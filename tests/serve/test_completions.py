@@ -98,9 +98,9 @@ def test_token_id_model_answers_with_ids_and_empty_text(ids_server):
 
 
 def test_timeout_ends_with_finish_reason_timeout(slow):
-    choice = _complete(slow, prompt=[1, 2, 3], max_tokens=40, temperature=0, stop_token_ids=[])["choices"][0]
-    assert choice["finish_reason"] == "timeout"
-    assert len(choice["token_ids"]) < 40
+    choice = _complete(slow, prompt=[1, 2, 3], max_tokens=1000, temperature=0)["choices"][0]
+    assert choice["finish_reason"] == "timeout", choice
+    assert len(choice["token_ids"]) < 1000
 
 
 def test_health(dec):

