@@ -50,8 +50,8 @@ def test_loopback_hosts():
 
 def test_sigterm_drains_a_streaming_request_then_exits_0(checkpoints):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-m", "tformer", "serve", "--ckpt", str(checkpoints["long"]), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    command = [sys.executable, "-m", "tformer", "serve", "--ckpt", str(checkpoints["long"]), "--port", "0"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         banner = proc.stdout.readline()
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", banner).group(1))

@@ -21,6 +21,8 @@ SEED_LIMIT = 2 ** 63
 
 OneText = Annotated[list[str], Field(min_length=1, max_length=1)]
 OneIds = Annotated[list[list[int]], Field(min_length=1, max_length=1)]
+Texts = Annotated[list[str], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
+IdLists = Annotated[list[list[int]], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
 
 # What each field accepts, said in every 400 that names it.
 FIELD_RULES = {
@@ -72,7 +74,7 @@ class EmbeddingRequest(_Strict):
     """POST /v1/embeddings: one input or a list of them, as text or token ids."""
 
     model: str | None = None
-    input: str | list[int] | Annotated[list[str], Field(min_length=1, max_length=MAX_EMBED_INPUTS)] | Annotated[list[list[int]], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
+    input: str | list[int] | Texts | IdLists
     encoding_format: str = Field("float", pattern="^float$")
     user: str | None = None
 
