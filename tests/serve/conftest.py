@@ -1,67 +1,10 @@
-"""A live server on loopback for the tests: uvicorn in a background thread over tiny random models."""
+"""Fixtures of tests/serve: tiny checkpoints built once, live servers on loopback (module-scoped)."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-
-import httpx
 import pytest
-import torch
-from safetensors.torch import save_model
-
-from tformer.core.config import ModelConfig
-from tformer.data.tokenizers import CharTokenizer
-from tformer.interop.checkpoint import load_checkpoint
-from tformer.model import build
-from tformer.serve import ServeSettings, bind, create_app, make_server
-
-TEXT = "to be or not to be, that is the question. héllo wörld\n"
-
-
-def write_checkpoint(path, arch: str, tokenizer: bool, **kw):
-    tok = CharTokenizer.from_text(TEXT, specials={"pad": "<pad>", "bos": "<s>", "eos": "</s>"}) if tokenizer else None
-    config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, d_ff=64,
-                         vocab_size=tok.vocab_size if tok else 40, max_positions=48, tied_embeddings=False, **kw)
-    torch.manual_seed(0)
-    model = build(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps(config.to_dict()))
-    save_model(model, str(path / "model.safetensors"))
-    if tok is not None:
-        tok.save(path)
-    return path
-
-
-class LiveServer:
-    """One app served by uvicorn on 127.0.0.1:<free port> in a daemon thread."""
-
-    def __init__(self, model, tokenizer, name: str, settings: ServeSettings):
-        self.app = create_app(model, tokenizer, name=name, settings=settings)
-        self.sock = bind("127.0.0.1", 0)
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = make_server(self.app)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            if not self.thread.is_alive():
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.02)
-        self.client = httpx.Client(base_url=self.url, timeout=30)
-
-    @property
-    def engine(self):
-        return self.app.state.engine
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(30)
+from serve_kit import live as _live
+from serve_kit import write_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +12,8 @@ def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     return {"dec": write_checkpoint(root / "dec", "decoder", tokenizer=True),
             "ids": write_checkpoint(root / "ids", "decoder", tokenizer=False, eos_token_id=3),
+            "long": write_checkpoint(root / "long", "decoder", tokenizer=False, max_positions=1024),
             "enc": write_checkpoint(root / "enc", "encoder", tokenizer=False)}
-
-
-def _live(path, name, **settings):
-    model, tok = load_checkpoint(path)
-    server = LiveServer(model, tok, name, ServeSettings(**settings))
-    return server
 
 
 @pytest.fixture(scope="module")
@@ -95,5 +33,36 @@ def ids_server(checkpoints):
 @pytest.fixture(scope="module")
 def enc(checkpoints):
     server = _live(checkpoints["enc"], "tiny-enc", max_batch=8, batch_window_ms=20)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def slow(checkpoints):
+    """Decode steps of at least 5 ms and a 50 ms limit: a 1000-token request runs out of time."""
+    server = _live(checkpoints["long"], "tiny-timeout", pace=0.005, request_timeout=0.05)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_queue(checkpoints):
+    """One request at a time and one waiting: the rest are refused (429)."""
+    server = _live(checkpoints["long"], "tiny-one", pace=0.005, max_batch=1, max_queue=1)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(checkpoints):
+    server = _live(checkpoints["ids"], "tiny-key", api_key="s3cret")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def paced(checkpoints):
+    """Decode steps of at least 5 ms: a 1000-token request runs for seconds."""
+    server = _live(checkpoints["long"], "tiny-paced", pace=0.005)
     yield server
     server.stop()

@@ -51,6 +51,7 @@ def run(args) -> int:
     # deferred: torch, FastAPI and uvicorn load only when this command runs, so `tformer --help` stays fast
     from tformer.interop.source import load_source
     from tformer.serve import ServeSettings, bind, create_app, is_loopback, make_server
+    from tformer.serve import run as serve_until_signal
 
     sock = bind(args.host, args.port)  # before loading the model: a port in use fails at once
     model, tokenizer, label = load_source(args.ckpt, args.hf)
@@ -64,5 +65,5 @@ def run(args) -> int:
     host, port = sock.getsockname()[:2]
     print(f"tformer serve: {label} ({model.config.traits.label}) on http://{host}:{port} "
           f"(max batch {args.max_batch}, queue {args.max_queue}); Ctrl-C or SIGTERM drains and stops", flush=True)
-    make_server(app).run(sockets=[sock])
+    serve_until_signal(make_server(app), sock)
     return 0

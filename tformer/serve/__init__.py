@@ -5,6 +5,6 @@ the errors and the limits. Only tformer.cli imports this package.
 """
 
 from tformer.serve.app import ServeSettings, create_app
-from tformer.serve.server import bind, is_loopback, make_server
+from tformer.serve.server import bind, is_loopback, make_server, run
 
-__all__ = ["ServeSettings", "bind", "create_app", "is_loopback", "make_server"]
+__all__ = ["ServeSettings", "bind", "create_app", "is_loopback", "make_server", "run"]

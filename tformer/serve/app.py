@@ -100,7 +100,8 @@ def _check_json(request: Request) -> None:
     """A body labelled as something other than JSON is refused (415); an unlabelled one is read as JSON."""
     kind = request.headers.get("content-type")
     if kind is not None and kind.split(";")[0].strip().lower() not in JSON_TYPES:
-        raise APIError(415, f"Content-Type is {kind!r}; send the body as application/json", code="unsupported_media_type")
+        raise APIError(415, f"Content-Type is {kind!r}; send the body as application/json",
+                       code="unsupported_media_type")
 
 
 def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:

@@ -27,7 +27,7 @@ class ModelInfo:
     tokenizer: object | None
 
     @classmethod
-    def of(cls, model, tokenizer, name: str) -> "ModelInfo":
+    def of(cls, model, tokenizer, name: str) -> ModelInfo:
         c, traits = model.config, model.config.traits
         return cls(name, c.vocab_size, c.max_positions, c.eos_token_id, bool(traits.decoder), bool(traits.seq2seq),
                    tokenizer)
@@ -100,7 +100,8 @@ def engine_request(req: CompletionRequest, prompt: list[int], info: ModelInfo, t
     """The batcher's Request: the stop tokens given are added to the model's end-of-sequence token."""
     stop = None
     if req.stop_token_ids is not None:
-        stop = tuple(sorted(set(req.stop_token_ids) | ({info.eos_token_id} if info.eos_token_id is not None else set())))
+        eos = {info.eos_token_id} if info.eos_token_id is not None else set()
+        stop = tuple(sorted(set(req.stop_token_ids) | eos))
     return Request(prompt, max_new_tokens=req.max_tokens, temperature=req.temperature, top_k=req.top_k,
                    top_p=req.top_p, stop_tokens=stop, seed=req.seed, timeout=timeout)
 

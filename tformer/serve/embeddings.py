@@ -58,7 +58,7 @@ class EmbeddingBatcher:
     def active(self) -> int:
         return self._busy
 
-    def start(self) -> "EmbeddingBatcher":
+    def start(self) -> EmbeddingBatcher:
         self._thread = threading.Thread(target=self._loop, name="tformer-embedder", daemon=True)
         self._thread.start()
         return self

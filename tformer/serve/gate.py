@@ -101,4 +101,4 @@ class Gate:
         return replay
 
 
-__all__ = ["Gate", "KNOWN_PATHS"]
+__all__ = ["KNOWN_PATHS", "Gate"]

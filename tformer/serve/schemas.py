@@ -9,7 +9,7 @@ than the interpreter parses) is one 400 answer naming the problem.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Union
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +21,8 @@ SEED_LIMIT = 2 ** 63
 
 OneText = Annotated[list[str], Field(min_length=1, max_length=1)]
 OneIds = Annotated[list[list[int]], Field(min_length=1, max_length=1)]
+Texts = Annotated[list[str], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
+IdLists = Annotated[list[list[int]], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]
 
 # What each field accepts, said in every 400 that names it.
 FIELD_RULES = {
@@ -50,12 +52,12 @@ class CompletionRequest(_Strict):
     """POST /v1/completions: OpenAI's subset, plus top_k and stop_token_ids."""
 
     model: str | None = None
-    prompt: Union[str, list[int], OneText, OneIds]
+    prompt: str | list[int] | OneText | OneIds
     max_tokens: int = Field(16, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)
-    stop: Union[str, Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)], None] = None
+    stop: str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)] | None = None
     stop_token_ids: list[int] | None = None
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
     stream: bool = False
@@ -72,8 +74,7 @@ class EmbeddingRequest(_Strict):
     """POST /v1/embeddings: one input or a list of them, as text or token ids."""
 
     model: str | None = None
-    input: Union[str, list[int], Annotated[list[str], Field(min_length=1, max_length=MAX_EMBED_INPUTS)],
-                 Annotated[list[list[int]], Field(min_length=1, max_length=MAX_EMBED_INPUTS)]]
+    input: str | list[int] | Texts | IdLists
     encoding_format: str = Field("float", pattern="^float$")
     user: str | None = None
 
@@ -120,4 +121,4 @@ def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> APIError
                     code="invalid_value")
 
 
-__all__ = ["CompletionRequest", "EmbeddingRequest", "FIELD_RULES", "MAX_EMBED_INPUTS", "MAX_STOP", "parse_body"]
+__all__ = ["FIELD_RULES", "MAX_EMBED_INPUTS", "MAX_STOP", "CompletionRequest", "EmbeddingRequest", "parse_body"]

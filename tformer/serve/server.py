@@ -4,7 +4,9 @@ until SIGTERM/SIGINT, when uvicorn lets in-flight requests finish and the app's 
 from __future__ import annotations
 
 import errno
+import signal
 import socket
+import threading
 
 import uvicorn
 
@@ -33,13 +35,31 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def make_server(app, log_level: str = "warning") -> uvicorn.Server:
-    """A uvicorn server for ``app``; run it with ``server.run(sockets=[bind(host, port)])``."""
+    """A uvicorn server for ``app``; start it with ``run(server, bind(host, port))``."""
     config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", timeout_keep_alive=5)
     return uvicorn.Server(config)
+
+
+def run(server: uvicorn.Server, sock: socket.socket) -> None:
+    """Serve on ``sock`` until SIGTERM or SIGINT, then return normally (exit status 0).
+
+    uvicorn handles the signal (stop accepting, let in-flight requests finish, run the lifespan's
+    shutdown) and then raises it again for the handler that was there before; a quiet handler set
+    here takes that second delivery, so a drained stop is not reported as a death by signal.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        server.run(sockets=[sock])
+        return
+    before = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def is_loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-__all__ = ["bind", "is_loopback", "make_server"]
+__all__ = ["bind", "is_loopback", "make_server", "run"]

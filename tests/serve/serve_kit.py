@@ -1,0 +1,81 @@
+"""The machinery of tests/serve: tiny checkpoints and a live server on loopback (uvicorn in a background
+thread). Not a test module itself."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import torch
+from safetensors.torch import save_model
+
+from tformer.core.config import ModelConfig
+from tformer.data.tokenizers import CharTokenizer
+from tformer.interop.checkpoint import load_checkpoint
+from tformer.model import build
+from tformer.serve import ServeSettings, bind, create_app, make_server
+
+TEXT = "to be or not to be, that is the question. héllo wörld\n"
+
+
+def write_checkpoint(path, arch: str, tokenizer: bool, max_positions: int = 48, **kw):
+    tok = CharTokenizer.from_text(TEXT, specials={"pad": "<pad>", "bos": "<s>", "eos": "</s>"}) if tokenizer else None
+    config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, d_ff=64,
+                         vocab_size=tok.vocab_size if tok else 40, max_positions=max_positions, tied_embeddings=False,
+                         **kw)
+    torch.manual_seed(0)
+    model = build(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config.to_dict()))
+    save_model(model, str(path / "model.safetensors"))
+    if tok is not None:
+        tok.save(path)
+    return path
+
+
+class LiveServer:
+    """One app served by uvicorn on 127.0.0.1:<free port> in a daemon thread."""
+
+    def __init__(self, model, tokenizer, name: str, settings: ServeSettings):
+        self.app = create_app(model, tokenizer, name=name, settings=settings)
+        self.sock = bind("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = make_server(self.app)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+
+    @property
+    def engine(self):
+        return self.app.state.engine
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def live(path, name, pace: float = 0.0, **settings):
+    """A live server; ``pace`` seconds added to each decode step make a long request outlast a client's
+    disconnect by a wide margin (the disconnect tests need the sequence still running when it arrives)."""
+    model, tok = load_checkpoint(path)
+    server = LiveServer(model, tok, name, ServeSettings(**settings))
+    if pace:
+        runner, step = server.engine.runner, server.engine.runner.step
+
+        def paced_step(cache, tokens):
+            time.sleep(pace)
+            return step(cache, tokens)
+
+        runner.step = paced_step
+    return server
