@@ -40,7 +40,7 @@ from tformer.core.config import ModelConfig
 from tformer.cost.batching import decode_speedups
 from tformer.interop import load_config
 from tformer.interop.checkpoint import save_model
-from tformer.machine import detect, load_measured_device
+from tformer.generate.batching_report import prediction_device
 from tformer.model import build
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -223,11 +223,6 @@ def model_source(args, tmp: str) -> tuple[list[str], ModelConfig]:
     path = Path(tmp) / "model"
     save_model(build(config).eval(), path)  # random weights: the speed does not depend on their values
     return ["--ckpt", str(path)], config
-
-
-def prediction_device():
-    """This machine's measured profile (`tformer bench`) if saved, else its theoretical CPU roofs."""
-    return load_measured_device() or detect().cpu_device()
 
 
 def predicted_speedups(config, levels: list[int], max_batch: int, context: int) -> dict[int, dict]:

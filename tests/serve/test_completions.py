@@ -133,6 +133,17 @@ def test_metrics_count_the_requests(ids_server):
             "tformer_active_sequences"} <= families
 
 
+def test_metrics_set_measured_decode_speed_beside_the_ledgers_prediction(ids_server):
+    _complete(ids_server, prompt=[1, 2], max_tokens=5, temperature=0, stop_token_ids=[])
+    fams = {f.name: f for f in text_string_to_metric_families(ids_server.client.get("/metrics").text)}
+    rate, gain = fams["tformer_decode_tokens_per_second"], fams["tformer_decode_speedup"]
+    by = {(s.labels["batch"], s.labels["source"]): s.value for s in rate.samples}
+    batches = {b for b, _ in by}
+    assert "1" in batches and all((b, "predicted") in by and (b, "measured") in by for b in batches)
+    assert all(v > 0 for v in by.values())
+    assert {s.value for s in gain.samples if s.labels == {"batch": "1", "source": "predicted"}} == {1.0}
+
+
 def _metric(server, family, **labels):
     text = server.client.get("/metrics").text
     for fam in text_string_to_metric_families(text):

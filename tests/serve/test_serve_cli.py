@@ -50,7 +50,7 @@ def test_loopback_hosts():
 
 def test_sigterm_drains_a_streaming_request_then_exits_0(checkpoints):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "tformer", "serve", "--ckpt", str(checkpoints["long"]), "--port", "0"]
+    command = [sys.executable, "-m", "tformer", "serve", "--ckpt", str(checkpoints["long"]), "--port", "0", "--report"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         banner = proc.stdout.readline()
@@ -66,6 +66,7 @@ def test_sigterm_drains_a_streaming_request_then_exits_0(checkpoints):
             proc.send_signal(signal.SIGTERM)
             chunks += [line for line in lines if line]
         assert proc.wait(timeout=60) == 0, proc.stderr.read()[-2000:]
+        report = proc.stdout.read()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -74,3 +75,7 @@ def test_sigterm_drains_a_streaming_request_then_exits_0(checkpoints):
     final = json.loads(chunks[-2][len("data: "):])
     assert final["choices"][0]["finish_reason"] == "length"
     assert final["usage"]["completion_tokens"] == 300
+    # --report: the 299 decode steps at batch 1, measured beside the ledger's prediction
+    assert "sequences ended: length 1; 300 tokens generated" in report
+    row = next(line.split() for line in report.splitlines() if line.split()[:2] == ["1", "299"])
+    assert row[-1] == "1.00x"

@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-window-ms", type=float, default=5.0,
                         help="embeddings: how long the first request waits for others to share its batch")
     parser.add_argument("--no-normalize", action="store_true", help="embeddings: mean pooling without L2 norm")
+    parser.add_argument("--report", action="store_true",
+                        help="on exit, print decode tokens/s by batch size, measured beside the ledger's prediction")
 
 
 def _check(args) -> None:
@@ -66,4 +68,24 @@ def run(args) -> int:
     print(f"tformer serve: {label} ({model.config.traits.label}) on http://{host}:{port} "
           f"(max batch {args.max_batch}, queue {args.max_queue}); Ctrl-C or SIGTERM drains and stops", flush=True)
     serve_until_signal(make_server(app), sock)
+    if args.report:
+        _print_report(app)
     return 0
+
+
+def _print_report(app) -> None:
+    """What this server did: requests by how they ended, and what batching bought at each batch size."""
+    # deferred: loaded with the server above, never for `tformer --help`
+    from tformer.generate.batching_report import batching_rows, format_batching_table, prediction_device
+
+    engine = app.state.engine
+    stats = getattr(engine, "stats", None)
+    if stats is None:
+        print("tformer serve: no decode steps to report (an encoder model serves embeddings)")
+        return
+    ended = ", ".join(f"{reason} {n}" for reason, n in stats.finished.items() if n) or "none"
+    device = app.state.settings.prediction_device or prediction_device()
+    print(f"tformer serve report: sequences ended: {ended}; {stats.tokens} tokens generated; "
+          f"prefill {stats.prefill_tokens} tokens in {stats.prefill_seconds:.2f} s; predictions for {device.name}")
+    if stats.steps:
+        print(format_batching_table(batching_rows(stats, engine.config, device)))

@@ -14,9 +14,15 @@ from __future__ import annotations
 from tformer.core import fmt
 from tformer.cost.batching import decode_speed
 from tformer.generate.continuous import StepStats
+from tformer.machine import detect, load_measured_device
 
 COLUMNS = ("batch", "steps", "tokens", "mean context", "measured tok/s", "predicted tok/s", "measured speed-up",
            "predicted speed-up")
+
+
+def prediction_device():
+    """This machine's measured profile (`tformer bench`) when one is saved, else its theoretical CPU roofs."""
+    return load_measured_device() or detect().cpu_device()
 
 
 def _ledger_context(config, mean_length: float) -> int:
@@ -63,4 +69,4 @@ def format_batching_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["batching_rows", "format_batching_table"]
+__all__ = ["batching_rows", "format_batching_table", "prediction_device"]

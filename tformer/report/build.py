@@ -31,6 +31,7 @@ from tformer.report import (
     section_phases,
     section_roofline,
     section_scaling,
+    section_serving,
     section_why_attention,
 )
 from tformer.report.context import Context, ReportOptions, build_context, load_average, oversubscription_note
@@ -200,7 +201,7 @@ def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
     sections = []
     for module in (section_machine, section_model, section_roofline, section_measured, section_phases,
                    section_scaling, section_parallel, section_attention, section_long_context,
-                   section_why_attention):
+                   section_why_attention, section_serving):
         sections.append(module.build(ctx))
         ctx.say(f"section {sections[-1].heading}")
     wall = ctx.elapsed()

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from tformer.generate.batching_report import prediction_device
 from tformer.generate.continuous import ContinuousBatcher
 from tformer.serve.checks import ModelInfo
 from tformer.serve.completions import Completions
@@ -35,6 +36,7 @@ class ServeSettings:
     batch_window_ms: float = 5.0
     api_key: str | None = None
     normalize: bool = True  # embeddings: L2-normalised mean pooling
+    prediction_device: object = None  # the Device /metrics predicts decode speed for (None: this machine)
 
 
 def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSettings | None = None) -> FastAPI:
@@ -48,6 +50,8 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
         engine = EmbeddingBatcher(model, max_batch=s.max_batch, max_queue=s.max_queue,
                                   window=s.batch_window_ms / 1000, normalize=s.normalize)
     metrics = Metrics(queue_depth=lambda: engine.queue_depth, active=lambda: engine.active)
+    if info.generates:
+        metrics.watch_batching(engine.stats, model.config, s.prediction_device or prediction_device())
 
     @asynccontextmanager
     async def lifespan(app):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from tformer.generate.batching_report import batching_rows
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -23,8 +26,38 @@ class Metrics:
         Gauge("tformer_queue_depth", "Completion requests waiting to start", registry=r).set_function(queue_depth)
         Gauge("tformer_active_sequences", "Sequences in the running batch", registry=r).set_function(active)
 
+    def watch_batching(self, stats, config, device) -> None:
+        """Export decode tokens/s and the speed-up over batch 1 per batch size, measured beside the
+        ledger's roofline prediction (recomputed at each scrape from the batcher's StepStats)."""
+        self.registry.register(BatchingCollector(stats, config, device))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
-__all__ = ["Metrics"]
+class BatchingCollector:
+    """tformer_decode_tokens_per_second and tformer_decode_speedup, labelled by batch and source
+    (measured: the batcher's clock inside each step; predicted: tformer.cost.batching on ``device``)."""
+
+    def __init__(self, stats, config, device):
+        self.stats, self.config, self.device = stats, config, device
+
+    def describe(self):
+        return []  # computed at scrape time: nothing to describe up front
+
+    def collect(self):
+        rate = GaugeMetricFamily("tformer_decode_tokens_per_second", "Decode tokens/s by batch size: measured "
+                                 "inside the decode steps, and the ledger's roofline prediction", labels=["batch", "source"])
+        gain = GaugeMetricFamily("tformer_decode_speedup", "Decode tokens/s over batch 1's, measured and predicted",
+                                 labels=["batch", "source"])
+        for row in batching_rows(self.stats, self.config, self.device):
+            for source in ("measured", "predicted"):
+                if row[f"{source}_tokens_per_s"] is not None:
+                    rate.add_metric([str(row["batch"]), source], row[f"{source}_tokens_per_s"])
+                if row[f"{source}_speedup"] is not None:
+                    gain.add_metric([str(row["batch"]), source], row[f"{source}_speedup"])
+        yield rate
+        yield gain
+
+
+__all__ = ["BatchingCollector", "Metrics"]
