@@ -112,13 +112,15 @@ def _child(main, request: dict) -> None:
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(os.open(request["out"], os.O_WRONLY | os.O_TRUNC), 1)
         os.dup2(os.open(request["err"], os.O_WRONLY | os.O_TRUNC), 2)
-        sys.stdin = open(0, closefd=False)
-        sys.stdout = open(1, "w", closefd=False)
-        sys.stderr = open(2, "w", closefd=False)
+        # The child's standard streams for its whole life: os._exit ends it, never a with-block.
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
         sys.argv = [str(REPO / "tformer" / "__main__.py"), *request["argv"]]
         sys.dont_write_bytecode = True
+        _thread_count_from(request["env"])
         code = _exit_code(main, request["argv"])
-    except BaseException:
+    except BaseException:  # noqa: BLE001  as the interpreter does: any escape is a traceback and status 1
         traceback.print_exc()
     finally:
         try:
@@ -126,6 +128,15 @@ def _child(main, request: dict) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _thread_count_from(env: dict[str, str]) -> None:
+    """OMP_NUM_THREADS as a fresh process reads it when torch loads (the server loaded torch before this
+    request's environment existed)."""
+    if env.get("OMP_NUM_THREADS", "").isdigit() and int(env["OMP_NUM_THREADS"]) > 0:
+        import torch  # deferred: already loaded by the server; only the child needs the name
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
 
 
 def _exit_code(main, argv: list[str]) -> int:
