@@ -1,6 +1,6 @@
 """The machinery of the hostile-input campaign (tests/cli/test_campaign_*.py): a case folder with
-helpers that build hostile inputs in it, the run of the real CLI in a subprocess, and the checks every
-case must pass. Not a test module itself."""
+helpers that build hostile inputs in it, the run of the real CLI in a process of its own (forked from the
+test process, tests/forked_cli.py), and the checks every case must pass. Not a test module itself."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from forked_cli import run_tformer
 
 from tformer.core.config import ModelConfig
 from tformer.core.files import MAX_JSON_BYTES
@@ -141,7 +140,8 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def run_case(c: Case, tmp_path: Path, templates: Templates) -> None:
-    """Build the case, run `python -m tformer ARGV` as a user would, and hold it to the campaign's rules."""
+    """Build the case, run `tformer ARGV` in a process of its own as a user would, and hold it to the campaign's
+    rules."""
     work = tmp_path / "case"
     work.mkdir()
     kit = Kit(work, templates)
@@ -151,9 +151,7 @@ def run_case(c: Case, tmp_path: Path, templates: Templates) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TFORMER_CACHE": str(tmp_path / "cache"),
            "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        proc = subprocess.run([sys.executable, "-m", "tformer", *argv], cwd=work, env=env, stdin=subprocess.DEVNULL,
-                              check=False,
-                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        proc = run_tformer(argv, cwd=work, env=env, timeout=TIMEOUT_S)
     finally:
         os.chmod(work, 0o700)
         for dirpath, dirnames, _ in os.walk(work):

@@ -2,7 +2,8 @@
 
 Each case builds a hostile input in its own folder (wrong types, out-of-range numbers, unknown names,
 missing/empty/binary/huge/deeply nested files, lying hardware descriptions) and runs the real CLI as a
-user does, `python -m tformer ...` in a subprocess. Every case must end with exit status 2, its last
+user does, `tformer ...` in a process of its own (forked from a server with torch loaded,
+tests/forked_cli.py). Every case must end with exit status 2, its last
 stderr line `tformer <command>: error: ...` naming the problem, no traceback anywhere, and every file in
 its folder byte-identical afterwards. CAMPAIGN_CASES counts the cases here (89 when written; argparse's
 own usage errors are 6 of them); test_campaign_model.py holds the rest (profile, train, generate,

@@ -11,12 +11,12 @@ import hashlib
 import os
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import safetensors.torch
 import torch
+from forked_cli import run_tformer
 
 from tformer import save_hf
 from tformer.cli import main
@@ -35,8 +35,7 @@ WIDE = ["--set", "n_layers=1", "--set", "d_model=256", "--set", "n_heads=4", "--
 def _tformer(*args, tmp_path) -> subprocess.CompletedProcess:
     env = {**os.environ, "TFORMER_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, "-m", "tformer", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+    return run_tformer(args, env=env, timeout=300)
 
 
 def _one_line_error(result: subprocess.CompletedProcess) -> str:

@@ -3,11 +3,10 @@ resumes bit-exact, and an objective the architecture cannot train is one line an
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from forked_cli import run_tformer
 from safetensors.torch import load_file
 
 COMMON = ["--batch-size", "4", "--warmup", "2", "--eval-batches", "1", "--log-interval", "1", "--no-progress",
@@ -31,8 +30,7 @@ def corpus(tmp_path):
 
 def _train(tmp_path, *args):
     env = {**os.environ, "TFORMER_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "tformer", "train", *COMMON, *args], capture_output=True, text=True,
-                          timeout=300, env=env)
+    return run_tformer(["train", *COMMON, *args], timeout=300, env=env)
 
 
 @pytest.mark.parametrize("model, objective", [(TINY_T5, "span-corruption"), (TINY_BART, "denoise"),

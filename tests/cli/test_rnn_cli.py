@@ -1,18 +1,16 @@
 """arch='rnn' from the command line: train, generate (cached == rerun), count, and one-line refusals."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from forked_cli import run_tformer
 
 RNN = {"arch": "rnn", "cell": "lstm", "vocab_size": 65, "d_model": 16, "d_hidden": 24, "n_layers": 2,
        "max_positions": 32}
 
 
 def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tformer", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tformer(args, timeout=timeout)
 
 
 def _config(tmp_path, **changes):

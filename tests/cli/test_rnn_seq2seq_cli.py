@@ -2,18 +2,16 @@
 (greedy, cached == rerun, beams), count, and one-line refusals with exit status 2."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from forked_cli import run_tformer
 
 S2S = {"arch": "rnn-seq2seq", "cell": "gru", "rnn_attention": "luong-general", "bidirectional": True,
        "vocab_size": 64, "d_model": 16, "d_hidden": 24, "n_layers": 1, "max_positions": 32}
 
 
 def _cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "tformer", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return run_tformer(args, timeout=timeout)
 
 
 def _config(tmp_path, **changes):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from forked_cli import run_tformer
 from safetensors.torch import load_file
 
 from tformer.train.run_lock import run_lock
@@ -21,8 +22,7 @@ TINY_SEQ2SEQ = ["--preset", "vaswani-base", "--set", "n_layers=2", "--set", "n_d
 
 
 def _train(*args, timeout=300, env=None):
-    return subprocess.run([sys.executable, "-m", "tformer", "train", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return run_tformer(["train", *args], timeout=timeout, env=env)
 
 
 def test_copy_task_reaches_exact_match(tmp_path):

@@ -2,17 +2,13 @@
 
 import errno
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from forked_cli import run_tformer
 
 from tformer.core import atomic
 from tformer.core.atomic import WriteError, atomic_write_text, check_output_dir
 from tformer.core.errors import TformerError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _raise(code):
@@ -102,8 +98,7 @@ def test_a_full_disk_is_refused_up_front(tmp_path, monkeypatch):
 def test_the_cli_refuses_an_unwritable_out_in_one_line(tmp_path, argv):
     (tmp_path / "f").write_text("x")
     argv = [a.format(file=tmp_path / "f", dir=tmp_path) for a in argv]
-    proc = subprocess.run([sys.executable, "-m", "tformer", *argv], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_tformer(argv, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"tformer {argv[0]}: error:") and argv[argv.index("--out") + 1].split("/sub")[0] in lines[0] and "Traceback" not in proc.stderr

@@ -2,14 +2,12 @@
 naming the path, the previous files intact, no temporary left, nothing allocated for a bad file."""
 
 import json
-import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from forked_cli import run_tformer
 from safetensors import SafetensorError
 from safetensors import torch as st
 
@@ -18,7 +16,6 @@ from tformer.core.errors import TformerError
 from tformer.interop import checkpoint as ckpt
 from tformer.train import checkpoint as train_ckpt
 
-ROOT = Path(__file__).resolve().parents[2]
 FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
 
 
@@ -127,8 +124,7 @@ def test_the_cli_reports_a_damaged_checkpoint_in_one_line(run, tmp_path, damage)
         path = run / "model.safetensors"
         path.write_bytes(path.read_bytes()[:-64])
     before = _snapshot(run)
-    proc = subprocess.run([sys.executable, "-m", "tformer", "export", "--ckpt", str(run), "--out", str(tmp_path / "x")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = run_tformer(["export", "--ckpt", run, "--out", tmp_path / "x"], timeout=120)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert str(run) in lines[0] and _snapshot(run) == before and not (tmp_path / "x").exists()
