@@ -108,6 +108,9 @@ def test_wrong_method_or_path(dec, method, path, status):
 def test_wrong_content_type(dec):
     r = dec.client.post("/v1/completions", content=body(), headers={"content-type": "text/plain"})
     assert_error(r, 415)
+    # curl -d's default label: the body is read as JSON (curl -d '{...}' works without -H)
+    r = dec.client.post("/v1/completions", content=body(), headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200, r.text
     assert_alive(dec)
 
 

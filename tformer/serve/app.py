@@ -22,6 +22,9 @@ from tformer.serve.gate import Gate
 from tformer.serve.metrics import Metrics
 
 JSON_TYPES = ("application/json", "application/json-seq")
+# curl -d labels every body form-urlencoded unless told otherwise: read such a body as JSON (a body that is
+# not JSON still gets its 400), so the one-line curl call works as users type it.
+READ_AS_JSON = (*JSON_TYPES, "application/x-www-form-urlencoded")
 
 
 @dataclass
@@ -101,9 +104,10 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
 
 
 def _check_json(request: Request) -> None:
-    """A body labelled as something other than JSON is refused (415); an unlabelled one is read as JSON."""
+    """A body labelled as something other than JSON is refused (415); an unlabelled one, or curl's default
+    label, is read as JSON."""
     kind = request.headers.get("content-type")
-    if kind is not None and kind.split(";")[0].strip().lower() not in JSON_TYPES:
+    if kind is not None and kind.split(";")[0].strip().lower() not in READ_AS_JSON:
         raise APIError(415, f"Content-Type is {kind!r}; send the body as application/json",
                        code="unsupported_media_type")
 
