@@ -190,10 +190,14 @@ def test_serve_load_quick_drives_both_servers_and_prints_the_table(capsys, tmp_p
     for mode in ("continuous", "one-at-a-time"):
         for clients in (1, 2):  # every request answered, 4 tokens each, nothing failed
             assert re.search(rf"^{mode}\s+{clients}\s+3\s+0\s+[\d.]+\s+[\d.]+(\s+[\d.]+){{6}}\s*$", out, re.M), mode
-    assert re.search(r"^2\s+[\d.]+\s+[\d.]+\s+[\d.]+x\s+2\s+[\d.]+x\s+[\d.]+x$", out, re.M)
+    # The prediction needs the machine's roofs: a saved profile, or a CPU whose bandwidth is known; else "-"
+    device = serve_load.prediction_device()
+    known = device.bandwidth is not None and device.peak("fp32") is not None
+    guess = r"[\d.]+x" if known else "-"
+    assert re.search(rf"^2\s+[\d.]+\s+[\d.]+\s+[\d.]+x\s+2\s+{guess}\s+{guess}$", out, re.M)
     assert "failed requests: 0 (meets the zero-failure target)" in out
     record = json.loads(out_json.read_text())
     for mode in ("continuous", "one-at-a-time"):
         for level in record["results"][mode].values():
             assert level["tokens"] == 3 * 4 and level["failed"] == 0 and level["unfinished"] == 0
-    assert record["predicted_speedup"]["1"]["profile"] == 1.0
+    assert record["predicted_speedup"]["1"]["profile"] == (1.0 if known else None)
