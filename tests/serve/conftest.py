@@ -6,6 +6,8 @@ import pytest
 from serve_kit import live as _live
 from serve_kit import write_checkpoint
 
+from tformer.machine import resolve_hardware
+
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
@@ -25,7 +27,8 @@ def dec(checkpoints):
 
 @pytest.fixture(scope="module")
 def ids_server(checkpoints):
-    server = _live(checkpoints["ids"], "tiny-ids")
+    # a spec-table device: /metrics' predictions do not depend on whether this machine has a saved profile
+    server = _live(checkpoints["ids"], "tiny-ids", prediction_device=resolve_hardware("h100-sxm"))
     yield server
     server.stop()
 
