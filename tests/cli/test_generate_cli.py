@@ -6,36 +6,15 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import save_model
+from tiny_checkpoint import write_checkpoint
 
 from tformer.cli import main
-from tformer.core.config import ModelConfig
-from tformer.model import build
 
 TEXT = "to be or not to be, that is the question.\n"
 
 
 def _checkpoint(path, arch, tokenizer=False, **kw):
-    vocab = 40
-    tok = None
-    if tokenizer:
-        from tformer.data.tokenizers import CharTokenizer
-
-        tok = CharTokenizer.from_text(TEXT, specials={"pad": "<pad>", "bos": "<s>", "eos": "</s>"})
-        vocab = tok.vocab_size
-    config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=vocab, max_positions=32,
-                         tied_embeddings=False, **kw)
-    torch.manual_seed(0)
-    model = build(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps(config.to_dict()))
-    save_model(model, str(path / "model.safetensors"))
-    if tok is not None:
-        tok.save(path)
-    return path
+    return write_checkpoint(path, arch, tokenizer, TEXT, 32, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +71,7 @@ def test_generate_text_with_tokenizer_streams_and_prints_speeds(ckpts, capsys):
     # seeded: the same text twice
     code2, out2, _ = _run(capsys, "generate", "--ckpt", str(ckpts["dec_tok"]), "--prompt", "to be", "--seed", "0",
                           "--top-k", "5", "--max-new-tokens", "8")
-    assert out.splitlines()[0] == out2.splitlines()[0]
+    assert code2 == 0 and out.splitlines()[0] == out2.splitlines()[0]
 
 
 def test_generate_batch_and_beams(ckpts, capsys):

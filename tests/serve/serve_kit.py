@@ -3,39 +3,20 @@ thread). Not a test module itself."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import httpx
-import torch
-from safetensors.torch import save_model
+from tiny_checkpoint import write_checkpoint as write_tiny
 
-from tformer.core.config import ModelConfig
-from tformer.data.tokenizers import CharTokenizer
 from tformer.interop.checkpoint import load_checkpoint
-from tformer.model import build
 from tformer.serve import ServeSettings, bind, create_app, make_server
 
 TEXT = "to be or not to be, that is the question. héllo wörld\n"
 
 
 def write_checkpoint(path, arch: str, tokenizer: bool, max_positions: int = 48, **kw):
-    tok = CharTokenizer.from_text(TEXT, specials={"pad": "<pad>", "bos": "<s>", "eos": "</s>"}) if tokenizer else None
-    config = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=4, d_ff=64,
-                         vocab_size=tok.vocab_size if tok else 40, max_positions=max_positions, tied_embeddings=False,
-                         **kw)
-    torch.manual_seed(0)
-    model = build(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps(config.to_dict()))
-    save_model(model, str(path / "model.safetensors"))
-    if tok is not None:
-        tok.save(path)
-    return path
+    return write_tiny(path, arch, tokenizer, TEXT, max_positions, **kw)
 
 
 class LiveServer:

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,18 +34,11 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
 from tformer.generate.search import pad_batch
+from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
 from tformer.model.base import TransformerModel
 from tformer.model.runners import runner_for
 
 FINISH_REASONS = ("stop", "length", "timeout", "cancelled", "error")
-
-
-class QueueFull(TformerError):
-    """The waiting queue holds max_queue requests; the client should retry later (HTTP 429)."""
-
-
-class Closed(TformerError):
-    """The batcher is shutting down and takes no new requests (HTTP 503)."""
 
 
 @dataclass
@@ -113,49 +104,31 @@ class StepStats:
         entry[2] += (context - entry[2]) / entry[0]
 
 
-class ContinuousBatcher:
+class ContinuousBatcher(WorkQueue):
     def __init__(self, model: TransformerModel, *, max_batch: int = 32, max_queue: int = 256):
         runner = runner_for(model)
         if not runner.generates:
             raise TformerError(f"this checkpoint is {runner.label}; it cannot generate. Serve a decoder or "
                                "encoder-decoder model for completions")
-        for name, value in (("max_batch", max_batch), ("max_queue", max_queue)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise TformerError(f"{name} must be a whole number >= 1, got {value!r}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise TformerError(f"max_batch must be a whole number >= 1, got {max_batch!r}")
+        super().__init__(max_queue, "tformer-batcher")
         if runner.takes_source and model.config.decoder_start_token_id is None:
             raise TformerError("decoder_start_token_id is not set in the model config; set it to serve this model")
         self.model, self.runner, self.config = model, runner, model.config
-        self.max_batch, self.max_queue = max_batch, max_queue
+        self.max_batch = max_batch
         self.stats = StepStats()
         self._ids = itertools.count()
-        self._cond = threading.Condition()
-        self._pending: deque[Sequence] = deque()
         self._active: list[Sequence] = []  # row i of the cache is _active[i]
         self._cache = None
         self._next: torch.Tensor | None = None  # (N,) the token each active row reads at the next step
-        self._closing = False
-        self._drain = True
-        self._thread: threading.Thread | None = None
         pad = self.config.pad_token_id
         self._pad = pad if pad is not None else (self.config.eos_token_id or 0)
 
     # Public -------------------------------------------------------------------------------------
     @property
-    def queue_depth(self) -> int:
-        return len(self._pending)
-
-    @property
     def active(self) -> int:
         return len(self._active)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> ContinuousBatcher:
-        self._thread = threading.Thread(target=self._loop, name="tformer-batcher", daemon=True)
-        self._thread.start()
-        return self
 
     def submit(self, request: Request, on_event: Callable) -> Sequence:
         """Queue ``request``; ``on_event(seq, token, finish)`` reports its progress (on the batcher's thread)."""
@@ -167,26 +140,8 @@ class ContinuousBatcher:
         if request.temperature > 0:
             seed = request.seed if request.seed is not None else random.getrandbits(63)
             seq._generator = torch.Generator(device=self.runner.device).manual_seed(seed)
-        with self._cond:
-            if self._closing:
-                raise Closed("the server is shutting down; send the request to another instance or retry later")
-            if len(self._pending) >= self.max_queue:
-                raise QueueFull(f"{len(self._pending)} requests are already waiting (max_queue {self.max_queue}); "
-                                "retry later")
-            self._pending.append(seq)
-            self._cond.notify()
+        self._enqueue(seq)
         return seq
-
-    def shutdown(self, drain: bool = True, timeout: float | None = None) -> bool:
-        """Stop taking requests; with ``drain`` finish the queued and running ones first, else cancel
-        them. Returns whether the loop has ended within ``timeout`` seconds."""
-        with self._cond:
-            self._closing, self._drain = True, drain
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
 
     # The loop -----------------------------------------------------------------------------------
     def _budget(self, request: Request) -> int:

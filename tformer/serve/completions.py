@@ -16,7 +16,8 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from tformer.core.errors import TformerError
-from tformer.generate.continuous import Closed, ContinuousBatcher, QueueFull
+from tformer.generate.continuous import ContinuousBatcher
+from tformer.generate.workqueue import Closed, QueueFull
 from tformer.serve.checks import ModelInfo, completion_prompt, engine_request
 from tformer.serve.errors import APIError
 from tformer.serve.metrics import Metrics

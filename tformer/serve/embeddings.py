@@ -9,17 +9,15 @@ by default, as sentence-transformers' all-MiniLM-L6-v2 does (so a dot product is
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections import deque
 
 import torch
 import torch.nn.functional as F
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse
 
-from tformer.generate.continuous import Closed, QueueFull
 from tformer.generate.search import pad_batch
+from tformer.generate.workqueue import Closed, WorkQueue
 from tformer.serve.checks import ModelInfo, embedding_rows
 from tformer.serve.completions import submit_or_refuse
 from tformer.serve.errors import APIError
@@ -34,65 +32,37 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor, normalize: bool = True) 
     return F.normalize(pooled, dim=-1) if normalize else pooled
 
 
-class EmbeddingBatcher:
+class EmbeddingBatcher(WorkQueue):
     """A worker thread that embeds queued requests in padded batches (flush when full or after the window)."""
 
     def __init__(self, model, *, max_batch: int = 32, max_queue: int = 256, window: float = 0.005,
                  normalize: bool = True):
-        self.model, self.max_batch, self.max_queue = model.eval(), max_batch, max_queue
+        super().__init__(max_queue, "tformer-embedder")
+        self.model, self.max_batch = model.eval(), max_batch
         self.window, self.normalize = window, normalize
         pad = model.config.pad_token_id
         self._pad = pad if pad is not None else 0
         self._device = next(model.parameters()).device
-        self._cond = threading.Condition()
-        self._pending: deque = deque()  # (rows, done(vectors or exception))
-        self._closing = False
-        self._busy = 0
-        self._thread: threading.Thread | None = None
-
-    @property
-    def queue_depth(self) -> int:
-        return len(self._pending)
+        self._busy = 0  # rows in the batch being embedded
 
     @property
     def active(self) -> int:
         return self._busy
 
-    def start(self) -> EmbeddingBatcher:
-        self._thread = threading.Thread(target=self._loop, name="tformer-embedder", daemon=True)
-        self._thread.start()
-        return self
-
     def submit(self, rows: list[list[int]], done) -> None:
         """Queue ``rows``; ``done(list of vectors)`` or ``done(exception)`` is called on the worker thread."""
-        with self._cond:
-            if self._closing:
-                raise Closed("the server is shutting down; send the request to another instance or retry later")
-            if len(self._pending) >= self.max_queue:
-                raise QueueFull(f"{len(self._pending)} requests are already waiting (max_queue {self.max_queue}); "
-                                "retry later")
-            self._pending.append((rows, done))
-            self._cond.notify()
-
-    def shutdown(self, drain: bool = True, timeout: float | None = None) -> bool:
-        """Stop taking requests; the worker embeds what is queued (``drain``) or refuses it, then ends."""
-        with self._cond:
-            self._closing = True
-            if not drain:
-                for _, done in self._pending:
-                    done(Closed("the server stopped before this request ran"))
-                self._pending.clear()
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            return not self._thread.is_alive()
-        return True
+        self._enqueue((rows, done))
 
     def _take(self) -> list:
-        """Wait for work, then for the batch to fill or the window to pass; None when closing with nothing left."""
+        """Wait for work, then for the batch to fill or the window to pass; None when closing with nothing left
+        (or with what is left refused: shutdown without drain)."""
         with self._cond:
             while not (self._pending or self._closing):
                 self._cond.wait()
+            if self._closing and not self._drain:
+                for _, done in self._pending:
+                    done(Closed("the server stopped before this request ran"))
+                self._pending.clear()
             if not self._pending:
                 return None
             deadline = time.monotonic() + self.window
