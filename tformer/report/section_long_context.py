@@ -78,6 +78,24 @@ def bench_record(cpu, section: str, what: str, command: str, needs: str,
     return record, f"{path.name}, {record.get('date', 'undated')}"
 
 
+# What a malformed record raises when a section reads it (a key missing, a wrong type, a zero to divide by).
+MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError)
+
+
+def parsed_record(sec, data: dict, record: dict | None, source: str, name: str, command: str, parse):
+    """``parse(record)`` for a section's measured part; without a record, or with one ``parse`` finds
+    malformed, one line in the section instead (naming ``command``) and data["measured"] = {"missing": why},
+    and None is returned."""
+    if record is not None:
+        try:
+            return parse(record)
+        except MALFORMED as exc:
+            source = f"the {name} record ({source}) is malformed ({type(exc).__name__}: {exc}); rerun `{command}`"
+    sec.text(f"Measured: {source}.")
+    data["measured"] = {"missing": source}
+    return None
+
+
 def quality_record(cpu, results_dir: Path | None = None) -> tuple[dict | None, str]:
     """(the latest attention_quality record filed for this CPU, where it came from), or (None, why)."""
     return bench_record(cpu, "attention_quality", "quality record", QUALITY_COMMAND, "kinds", results_dir)

@@ -12,12 +12,11 @@ from tformer.core import fmt
 from tformer.cost.batching import crossover_batch, decode_speedups, decode_terms, device_roofs
 from tformer.report import plots
 from tformer.report.doc import Section
-from tformer.report.section_long_context import RESULTS_DIR, bench_record
+from tformer.report.section_long_context import RESULTS_DIR, bench_record, parsed_record
 
 COMMAND = "python bench/serve_load.py"
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 MODES = ("continuous", "one-at-a-time")
-MALFORMED = (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError)
 
 
 def build(ctx) -> Section:
@@ -67,17 +66,10 @@ def _ledger_text(config, device, context: int) -> str:
 
 def _measured(sec: Section, ctx, data: dict, series: dict) -> None:
     record, source = bench_record(ctx.specs.cpu, "serve_load", "serve_load record", COMMAND, "results", RESULTS_DIR)
-    if record is None:
-        sec.text(f"Measured: {source}.")
-        data["measured"] = {"missing": source}
+    parsed = parsed_record(sec, data, record, source, "serve_load", COMMAND, _rows)
+    if parsed is None:
         return
-    try:
-        rows, measured = _rows(record)
-    except MALFORMED as exc:
-        why = f"the serve_load record ({source}) is malformed ({type(exc).__name__}: {exc}); rerun `{COMMAND}`"
-        sec.text(f"Measured: {why}.")
-        data["measured"] = {"missing": why}
-        return
+    rows, measured = parsed
     model = record.get("model", {})
     sec.table(["clients", "continuous tok/s", "one-at-a-time tok/s", "measured ratio", "predicted speed-up",
                "TTFT p50 (cont. / one)", "TTFT p99 (cont. / one)", "failed"], rows,

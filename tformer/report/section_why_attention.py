@@ -14,11 +14,10 @@ from tformer.cost.rnn_vs_attention import NS, model_pair, param_count, predicted
 from tformer.measure.rnn_vs_attention import MODELS, comparison_rows
 from tformer.report import plots
 from tformer.report.doc import Section
-from tformer.report.section_long_context import RESULTS_DIR, bench_record
+from tformer.report.section_long_context import MALFORMED, RESULTS_DIR, bench_record, parsed_record
 
 COMMAND = "python bench/rnn_vs_transformer.py"
 CHAR_VOCAB = 84  # the char-level Shakespeare tokenizer's vocabulary (specials included): what the bench trains on
-MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError)
 
 
 def predicted(vocab_size: int = CHAR_VOCAB) -> dict:
@@ -69,18 +68,11 @@ def _vocab(record: dict | None) -> int:
 
 
 def _measured(sec: Section, record: dict | None, source: str, data: dict) -> None:
-    if record is None:
-        sec.text(f"Measured: {source}.")
-        data["measured"] = {"missing": source}
+    parsed = parsed_record(sec, data, record, source, "rnn_vs_transformer", COMMAND,
+                           lambda r: (*comparison_rows(r), _figures(r)))
+    if parsed is None:
         return
-    try:
-        headers, rows = comparison_rows(record)
-        figures = _figures(record)
-    except MALFORMED as exc:
-        why = f"the rnn_vs_transformer record ({source}) is malformed ({type(exc).__name__}: {exc}); rerun `{COMMAND}`"
-        sec.text(f"Measured: {why}.")
-        data["measured"] = {"missing": why}
-        return
+    headers, rows, figures = parsed
     settings = record.get("settings", {})
     sec.table(headers, rows, caption=f"Measured on this CPU ({source}): the same seed, data, optimiser and steps "
                                      f"({settings.get('lm_steps')} language-model, {settings.get('recall_steps')} "
