@@ -48,14 +48,14 @@ def _alone(model, request):
     return [t for t in out if t not in (request.stop_tokens or ())]
 
 
-def _serve(model, requests, max_batch=3, stagger=0.002):
-    """Submit ``requests`` a little apart (so they join a batch already running), wait for all."""
-    batcher = ContinuousBatcher(model, max_batch=max_batch).start()
+def _serve(model, requests, max_batch=3):
+    """Queue ``requests``, then start the loop and wait for all. With more requests than max_batch, the later ones
+    join a batch already running, at other lengths, as the first rows finish (deterministically: no race with
+    arrival times)."""
+    batcher = ContinuousBatcher(model, max_batch=max_batch)
     recorder = Recorder()
-    seqs = []
-    for r in requests:
-        seqs.append(batcher.submit(r, recorder))
-        time.sleep(stagger)
+    seqs = [batcher.submit(r, recorder) for r in requests]
+    batcher.start()
     assert batcher.shutdown(drain=True, timeout=60)
     return batcher, seqs, recorder
 
@@ -74,16 +74,33 @@ MODELS = {
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_greedy_under_load_equals_alone(name):
+def test_greedy_under_load_equals_alone(name, monkeypatch):
     model = _model(**MODELS[name])
+    runner_type = type(runner_for(model))
+    joins, join = [], runner_type.join
+
+    def counted(self, a, b):
+        joins.append((a.rows, b.rows))
+        return join(self, a, b)
+
+    monkeypatch.setattr(runner_type, "join", counted)
     requests = [Request(p, max_new_tokens=4 + 3 * i, stop_tokens=()) for i, p in enumerate(PROMPTS)]
     batcher, seqs, _ = _serve(model, requests)
     for seq in seqs:
         assert seq.finish_reason == "length"
         assert seq.tokens == _alone(model, seq.request), name
-    # Sequences whose caches can join share decode steps with ones that started earlier.
-    if runner_for(model).can_join(runner_for(model).new_cache(1)):
-        assert max(batcher.stats.steps) == 3
+    assert max(batcher.stats.steps) == 3
+    # Caches that can join take the last three requests into the running batch, one at a time as rows
+    # finish; the others wait for the batch to empty (one group at a time).
+    runner = runner_for(model)
+    cache = runner.new_cache(1)
+    if runner.takes_source:
+        runner.prefill(cache, torch.tensor([[0]]), source=torch.tensor([[1, 2]]))
+    else:
+        runner.prefill(cache, torch.tensor([[1, 2]]))
+    joinable = runner.can_join(cache)  # asked of a cache that has read something (a recurrent state exists then)
+    assert joinable == (name in ("gpt-learned", "llama-rope-gqa", "alibi", "sinusoidal", "rnn-lstm"))
+    assert joins == ([(2, 1)] * 3 if joinable else [])
 
 
 def test_seeded_sampling_is_reproducible_under_load():
@@ -92,7 +109,7 @@ def test_seeded_sampling_is_reproducible_under_load():
                for i in range(3)]
     greedy = [Request(p, 6, stop_tokens=()) for p in PROMPTS[:3]]
     _, first, _ = _serve(model, [x for pair in zip(sampled, greedy) for x in pair])
-    _, second, _ = _serve(model, sampled + greedy, max_batch=5, stagger=0)
+    _, second, _ = _serve(model, sampled + greedy, max_batch=5)
     by_prompt = {tuple(s.request.prompt): s.tokens for s in second if s.request.temperature > 0}
     for seq in first[::2]:
         assert seq.tokens == _alone(model, seq.request) == by_prompt[tuple(seq.request.prompt)]

@@ -164,7 +164,8 @@ class KVCache:
     @property
     def joinable(self) -> bool:
         """Plain per-position keys and values, nothing else: rows of two such caches can share one batch
-        (``join_rows``). A rolling window, a recurrent state or cross-attention entries cannot."""
+        (``join_rows``). A rolling window, a recurrent state or cross-attention entries cannot. Ask it of a
+        cache that has read tokens: an empty one holds no state yet to tell."""
         return self.window is None and not self.recurrent and all(e is None for e in self._cross)
 
     def drop_front(self, n: int) -> None:
