@@ -34,6 +34,7 @@ class ArchTraits:
     compared_phases: tuple[str, ...]
     fields: frozenset[str] = frozenset()  # the architecture-specific config fields it accepts
     recurrent: bool = False  # no attention: a recurrent layer (cell, d_hidden); heads and positions are not read
+    images: bool = False  # reads pixel values cut into patches (image_size, patch_size, num_channels)
 
     @property
     def seq2seq(self) -> bool:
@@ -41,6 +42,7 @@ class ArchTraits:
         return self.encoder and self.decoder
 
 
+_IMAGE_FIELDS = frozenset({"image_size", "patch_size", "num_channels"})
 MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB; anything this big is not one
 _DECODING = ("forward", "train", "prefill", "decode")
 ARCH_TRAITS = {
@@ -61,6 +63,17 @@ ARCH_TRAITS = {
                               compared_phases=("train", "prefill", "decode"),
                               fields=frozenset({"cell", "d_hidden", "rnn_teaching", "rnn_attention", "bidirectional",
                                                 "rnn_input_feeding"}), recurrent=True),
+    # Dosovitskiy et al. 2020: an encoder over patches + [CLS]; the classifier reads the [CLS] state.
+    "vit": ArchTraits(encoder=True, decoder=False, objective="image-classification",
+                      label="a vision Transformer (it reads images, not text)", phases=("forward", "train"),
+                      compared_phases=("train", "forward"), images=True, fields=_IMAGE_FIELDS | {"n_classes", "patch_bias"}),
+    # Radford et al. 2021: a ViT and a causal text Transformer, each projected into one embedding space.
+    # The text tower reads the shared fields (d_model, n_layers, ...); the vision tower the vision_* ones.
+    "clip": ArchTraits(encoder=True, decoder=False, objective="contrastive",
+                       label="an image-text model (CLIP: two towers, one embedding space)", phases=("forward", "train"),
+                       compared_phases=("train", "forward"), images=True,
+                       fields=_IMAGE_FIELDS | {"vision_n_layers", "vision_d_model", "vision_n_heads", "vision_d_ff",
+                                               "projection_dim", "logit_scale_init"}),
 }
 ARCHS = tuple(ARCH_TRAITS)
 # Architecture-specific fields: (is it in use?, the error when the architecture does not accept it).
@@ -87,14 +100,25 @@ ARCH_FIELDS = {
                                                  "to arch='rnn-seq2seq'"),
     "rnn_input_feeding": (lambda c: c.rnn_input_feeding is not None,
                           "rnn_input_feeding (Luong's) only applies to arch='rnn-seq2seq'"),
+    **{name: (lambda c, name=name: getattr(c, name) is not None,
+              f"{name} (the image input) only applies to arch='vit' and 'clip'")
+       for name in ("image_size", "patch_size", "num_channels")},
+    "n_classes": (lambda c: bool(c.n_classes), "n_classes (an image classifier's head) only applies to arch='vit'"),
+    "patch_bias": (lambda c: not c.patch_bias, "patch_bias=false only applies to arch='vit'"),
+    **{name: (lambda c, name=name: getattr(c, name) is not None, f"{name} (CLIP's vision tower) only applies to arch='clip'")
+       for name in ("vision_n_layers", "vision_d_model", "vision_n_heads", "vision_d_ff", "projection_dim")},
+    "logit_scale_init": (lambda c: c.logit_scale_init != CLIP_LOGIT_SCALE,
+                         "logit_scale_init (CLIP's learned temperature) only applies to arch='clip'"),
 }
+# CLIP's initial temperature, ln(1 / 0.07) as the released configs round it: logits = cosine / 0.07.
+CLIP_LOGIT_SCALE = 2.6592
 CELLS = ("lstm", "gru", "rnn")  # tformer.model.rnn: LSTM, GRU, Elman (tanh)
 # arch='rnn-seq2seq': how the decoder reads the encoder (tformer.model.rnn_seq2seq)
 RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "none")
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu")  # quick_gelu: x * sigmoid(1.702 x) (CLIP)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")
 
 # Shorthands for the feed-forward block, as papers and the oracles name it.
@@ -122,6 +146,14 @@ DERIVED = {
     "d_hidden": lambda c: c.d_model if c.traits.recurrent else None,
     "rnn_attention": lambda c: "bahdanau" if c.arch == "rnn-seq2seq" else None,
     "rnn_input_feeding": lambda c: True if c.arch == "rnn-seq2seq" else None,
+    "image_size": lambda c: 224 if c.traits.images else None,
+    "patch_size": lambda c: 16 if c.traits.images else None,
+    "num_channels": lambda c: 3 if c.traits.images else None,
+    "vision_n_layers": lambda c: c.n_layers if c.arch == "clip" else None,
+    "vision_d_model": lambda c: c.d_model if c.arch == "clip" else None,
+    "vision_n_heads": lambda c: c.n_heads if c.arch == "clip" else None,
+    "vision_d_ff": lambda c: c.d_ff if c.arch == "clip" else None,
+    "projection_dim": lambda c: c.d_model if c.arch == "clip" else None,
 }
 
 
@@ -195,6 +227,22 @@ class ModelConfig:
     rnn_attention: str | None = None  # None = bahdanau
     bidirectional: bool = False  # encoder only; its 2 x d_hidden outputs and states are bridged to d_hidden
     rnn_input_feeding: bool | None = None  # Luong: feed the last attentional vector to the next step; None = true
+
+    # arch='vit' and 'clip': square images of image_size pixels and num_channels channels, cut into
+    # (image_size / patch_size)^2 patches, each one token, after a [CLS] token: n = HW / P^2 + 1.
+    image_size: int | None = None  # None = 224
+    patch_size: int | None = None  # None = 16
+    num_channels: int | None = None  # None = 3 (RGB)
+    n_classes: int = 0  # vit: the classifier's classes on the [CLS] state; 0 = no head (features only)
+    patch_bias: bool = True  # vit: the patch projection has a bias (CLIP's has none)
+    # arch='clip': the vision tower's sizes (None = the text tower's), the shared embedding's width,
+    # and the learned temperature's initial log value.
+    vision_n_layers: int | None = None
+    vision_d_model: int | None = None
+    vision_n_heads: int | None = None
+    vision_d_ff: int | None = None
+    projection_dim: int | None = None  # None = d_model
+    logit_scale_init: float = CLIP_LOGIT_SCALE
 
     dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -318,6 +366,7 @@ class ModelConfig:
                 raise TformerError(f"{name} must be a finite positive number, got {getattr(self, name)}")
         self._validate_attention()
         self._validate_rope_scaling()
+        self._validate_images()
         for name, (in_use, message) in ARCH_FIELDS.items():
             if in_use(self) and name not in self.traits.fields:
                 raise TformerError(message.format(arch=self.arch))
@@ -349,13 +398,58 @@ class ModelConfig:
         if "attn_window" in kind.options and self.attn_window is None:
             raise TformerError(f"attn_impl='{self.attn_impl}' needs attn_window (keys each query sees), "
                                "e.g. --set attn_window=256")
-        if not kind.causal and self.traits.decoder:
+        if not kind.causal and (self.traits.decoder or self.arch == "clip"):  # CLIP's text tower is causal
             able = ", ".join(n for n, k in ATTN_KINDS.items() if k.causal)
             raise TformerError(f"attn_impl='{self.attn_impl}' cannot be causal ({kind.computed}, so every query "
                                f"would see later tokens); use it in an encoder (arch='encoder'), or choose one of: {able}")
         if not kind.position_bias and self.position in ("alibi", "relative"):
             raise TformerError(f"attn_impl='{self.attn_impl}' never forms the full score matrix, so it cannot add "
                                f"position='{self.position}' bias; use position='rope', 'learned' or 'sinusoidal'")
+
+    def _validate_images(self) -> None:
+        for name in ("image_size", "patch_size", "num_channels", "vision_n_layers", "vision_d_model", "vision_n_heads",
+                     "vision_d_ff", "projection_dim"):
+            if getattr(self, name) is not None:
+                _whole(name, getattr(self, name), low=1)
+        _whole("n_classes", self.n_classes, low=0)
+        if not self.traits.images:
+            return
+        size, patch = self.image_size or 224, self.patch_size or 16
+        if patch > size or size % patch:
+            fits = [p for p in (4, 8, 14, 16, 32) if p <= size and size % p == 0]
+            raise TformerError(f"patch_size={patch} does not divide image_size={size} into whole patches; "
+                               f"pick a patch size that divides it{' (e.g. ' + str(fits[-1]) + ')' if fits else ''} "
+                               "or resize the images")
+        if self.position != "learned":
+            raise TformerError(f"arch='{self.arch}' places its patches with a learned table (position='learned'), "
+                               f"not position='{self.position}'")
+        if self.vision_d_model is not None and self.vision_d_model % (self.vision_n_heads or self.n_heads):
+            raise TformerError(f"vision_d_model={self.vision_d_model} is not divisible by vision_n_heads="
+                               f"{self.vision_n_heads or self.n_heads}; pick a head count that divides it")
+        if not 0 <= self.logit_scale_init < math.inf:
+            raise TformerError(f"logit_scale_init must be a finite number of at least 0, got {self.logit_scale_init}")
+
+    @property
+    def image_tokens(self) -> int:
+        """Tokens an image becomes: one per patch plus [CLS], n = HW / P^2 + 1 (vit and clip)."""
+        if not self.traits.images:
+            raise TformerError(f"{self.traits.label} reads no images; image_tokens is for arch='vit' and 'clip'")
+        return (self.image_size // self.patch_size) ** 2 + 1
+
+    def vision_tower(self) -> "ModelConfig":
+        """arch='clip': its vision tower as a ViT config (features only: no classifier, no final norm over every
+        token: CLIP normalises the pooled [CLS] state alone), with the pre-norm over the embeddings and a patch
+        projection without bias, as the released models have."""
+        if self.arch != "clip":
+            raise TformerError(f"{self.traits.label} has no vision tower; vision_tower() is for arch='clip'")
+        return ModelConfig(
+            arch="vit", n_layers=self.vision_n_layers, d_model=self.vision_d_model, n_heads=self.vision_n_heads,
+            d_ff=self.vision_d_ff, image_size=self.image_size, patch_size=self.patch_size, num_channels=self.num_channels,
+            n_classes=0, patch_bias=False, norm=self.norm, norm_placement=self.norm_placement, norm_eps=self.norm_eps,
+            final_norm=False, embedding_norm=True, activation=self.activation, bias=self.bias, dropout=self.dropout,
+            attention_dropout=self.attention_dropout, activation_dropout=self.activation_dropout,
+            attn_impl=self.attn_impl if ATTN_KINDS[self.attn_impl].family == "exact" else "sdpa",
+            name=f"{self.name}/vision")
 
     def _validate_rope_scaling(self) -> None:
         if self.rope_scaling == "none":
@@ -518,6 +612,20 @@ _VASWANI = dict(arch="encoder-decoder", vocab_size=37000, max_positions=1024, po
                 norm="layernorm", norm_placement="post", final_norm=False, activation="relu", bias=True,
                 tied_embeddings=True, scale_embeddings=True, norm_eps=1e-6)
 
+# ViT (Dosovitskiy et al. 2020, Table 1; google/vit-*-patch*-224 configs) with the 1,000-class ImageNet head;
+# tiny and small are DeiT's sizes (Touvron et al. 2021, facebook/deit-*-patch16-224), the same architecture.
+_VIT = dict(arch="vit", image_size=224, num_channels=3, n_classes=1000, position="learned", norm="layernorm",
+            norm_placement="pre", norm_eps=1e-12, final_norm=True, activation="gelu", bias=True)
+_VIT_SIZES = {"tiny": (12, 192, 3, 768), "small": (12, 384, 6, 1536), "base": (12, 768, 12, 3072),
+              "large": (24, 1024, 16, 4096)}
+# CLIP (Radford et al. 2021): openai/clip-vit-base-patch32 and -patch16's configs (text 512 wide, 8 heads, 77
+# positions, BPE vocabulary of 49,408; vision ViT-B; a 512-wide shared embedding).
+_CLIP = dict(arch="clip", n_layers=12, d_model=512, n_heads=8, d_ff=2048, vocab_size=49408, max_positions=77,
+             vision_n_layers=12, vision_d_model=768, vision_n_heads=12, vision_d_ff=3072, image_size=224, num_channels=3,
+             projection_dim=512, position="learned", norm="layernorm", norm_placement="pre", norm_eps=1e-5,
+             activation="quick_gelu", bias=True, tied_embeddings=False, pad_token_id=1, bos_token_id=49406,
+             eos_token_id=49407)
+
 _BERT_LIKE = {k: v for k, v in _BERT.items() if k not in ("type_vocab_size", "pooler", "lm_head")}
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -558,6 +666,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Mistral 7B v0.1 (Jiang et al. 2023): LLaMA's layout with GQA and a 4096-token sliding window.
     "mistral-7b": dict(_LLAMA, n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, d_ff=14336, max_positions=32768,
                        rope_theta=10000.0, norm_eps=1e-5, attn_impl="sliding", attn_window=4096),
+    **{f"vit-{size}-{patch}": dict(_VIT, n_layers=n, d_model=d, n_heads=h, d_ff=f, patch_size=patch)
+       for size, (n, d, h, f) in _VIT_SIZES.items() for patch in (16, 32)},
+    "clip-vit-b-32": dict(_CLIP, patch_size=32),
+    "clip-vit-b-16": dict(_CLIP, patch_size=16),
 }
 
 

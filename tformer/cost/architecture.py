@@ -221,13 +221,45 @@ class RecurrentAttention:
 
 
 @dataclass(frozen=True)
+class Patches:
+    """An image (B, C, H, W) cut into grid x grid patches of P x P pixels, each projected to d (a Conv2d with
+    kernel and stride P: the same as unfolding the patches into rows of C P^2 values and one Linear), then
+    the learned [CLS] vector put in front: (B, grid^2 + 1, d). Module ``path``: ``cls_token`` (d,), then
+    ``proj`` (the convolution)."""
+
+    path: str
+    channels: int
+    patch: int
+    grid: int  # patches per side: image_size / patch_size
+    d: int
+    bias: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.grid * self.grid + 1
+
+    @property
+    def linear(self) -> Linear:
+        """The projection as the Linear it equals: C P^2 pixel values in, d out."""
+        return Linear(f"{self.path}.proj", "patch_embed", self.channels * self.patch * self.patch, self.d, self.bias)
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        out = {f"{self.path}.cls_token": (self.d,), f"{self.path}.proj.weight": (self.d, self.channels, self.patch,
+                                                                                 self.patch)}
+        if self.bias:
+            out[f"{self.path}.proj.bias"] = (self.d,)
+        return out
+
+
+@dataclass(frozen=True)
 class Stack:
-    """Embedding lookups, positions, embedding norm, N blocks, final norm.
+    """Embedding lookups (or an image's patches), positions, embedding norm, N blocks, final norm.
 
     ``tables``: the token table, then any table added to it (BERT's segments); the token table is
-    the model's one table, shared by every stack that looks it up."""
+    the model's one table, shared by every stack that looks it up. A stack over ``patches`` has no
+    tables and a fixed number of tokens (``patches.tokens``), whatever the workload's seq."""
 
-    name: str  # encoder | decoder: the module path of the stack
+    name: str  # encoder | decoder | vision | text: the module path of the stack
     causal: bool
     cross: bool  # every layer also attends to the encoder's output
     tables: tuple[Table, ...]
@@ -236,10 +268,31 @@ class Stack:
     layers: tuple[Layer, ...]  # one per depth; shared layers (ALBERT) repeat one path, counted once
     final_norm: Norm | None
     embed_proj: Linear | None = None  # ALBERT: embeddings of width E -> d_model, before the first layer
+    patches: Patches | None = None  # vit, clip's vision tower: the image's patch embedding, first in the stack
+    pool_norm: Norm | None = None  # clip: a norm over the pooled vector only ([CLS]), after the layers
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
         table = self.positions.table
-        return _merge(table, self.embed_norm, self.embed_proj, *self.layers, self.final_norm)
+        return _merge(self.patches, table, self.embed_norm, self.embed_proj, *self.layers, self.final_norm,
+                      self.pool_norm)
+
+
+@dataclass(frozen=True)
+class Contrastive:
+    """CLIP's head (module ``path``): each tower's pooled vector projected into the shared space (no bias), both
+    L2-normalised, every image against every text: an N x N similarity times exp(logit_scale), the learned
+    temperature, scored by cross-entropy both ways (symmetric InfoNCE)."""
+
+    path: str
+    vision_proj: Linear
+    text_proj: Linear
+
+    @property
+    def logit_scale(self) -> str:
+        return f"{self.path}.logit_scale"
+
+    def parameters(self) -> dict[str, tuple[int, ...]]:
+        return {self.logit_scale: (), **_merge(self.vision_proj, self.text_proj)}
 
 
 @dataclass(frozen=True)
@@ -274,13 +327,15 @@ class Architecture:
     """A whole model: the stacks in the order they run, then the heads on the last stack's output."""
 
     arch: str
-    tok_embed: Table
+    tok_embed: Table | None  # None: the model reads no tokens (vit)
     type_embed: Table | None
     stacks: tuple[Stack, ...]
     pooler: Linear | None = None  # first token -> dense -> tanh
     mlm_head: MLMHead | None = None
     lm_head: LMHead | None = None
     pair_head: Linear | None = None  # the pooler's output -> 2 classes (NSP, SOP)
+    classifier: Linear | None = None  # vit: the [CLS] state -> n_classes
+    contrastive: Contrastive | None = None  # clip: projections, similarity, temperature
 
     def stack(self, name: str) -> Stack:
         for st in self.stacks:
@@ -301,7 +356,7 @@ class Architecture:
     def parameters(self) -> dict[str, tuple[int, ...]]:
         """Every parameter once (a tied weight under its first owner), in the model's registration order."""
         return _merge(self.tok_embed, self.type_embed, *self.stacks, self.pooler, self.mlm_head, self.lm_head,
-                      self.pair_head)
+                      self.pair_head, self.classifier, self.contrastive)
 
 
 def _merge(*parts) -> dict[str, tuple[int, ...]]:
@@ -343,6 +398,15 @@ def describe(config) -> Architecture:
         return _rnn(c, tok)
     if c.arch == "rnn-seq2seq":
         return _rnn_seq2seq(c, tok)
+    if c.arch == "vit":
+        head = Linear("head", "classifier", c.d_model, c.n_classes, True) if c.n_classes else None
+        return Architecture(c.arch, None, None, (_vision_stack(c, "encoder"),), classifier=head)
+    if c.arch == "clip":
+        vision = c.vision_tower()
+        stacks = (_vision_stack(vision, "vision", pool_norm=True), _stack(c, "text", c.n_layers, (tok,), causal=True))
+        head = Contrastive("head", Linear("head.vision_proj", "projection", vision.d_model, c.projection_dim, False),
+                           Linear("head.text_proj", "projection", c.d_model, c.projection_dim, False))
+        return Architecture(c.arch, tok, None, stacks, contrastive=head)
     raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
 
 
@@ -416,6 +480,19 @@ def _stack(c, name: str, n_layers: int, tables: tuple[Table, ...], causal: bool,
         final_norm=_norm(c, f"{name}.final_norm") if c.final_norm else None,
         embed_proj=Linear(f"{name}.embed_proj", "embedding", e, c.d_model, c.bias) if width else None,
     )
+
+
+def _vision_stack(c, name: str, pool_norm: bool = False) -> Stack:
+    """A ViT's stack (``c``: a vit config): patches and [CLS], a learned table of one position per token, the
+    blocks (never causal), then the final norm over every token (vit) or a norm over [CLS] alone (CLIP's)."""
+    grid = c.image_size // c.patch_size
+    patches = Patches(f"{name}.patch_embed", c.num_channels, c.patch_size, grid, c.d_model, c.patch_bias)
+    positions = Positions("learned", f"{name}.positions", Table(f"{name}.positions", (patches.tokens, c.d_model)))
+    return Stack(name, False, False, (), positions,
+                 embed_norm=_norm(c, f"{name}.embed_norm") if c.embedding_norm else None,
+                 layers=tuple(_layer(c, name, i, False) for i in range(c.n_layers)),
+                 final_norm=_norm(c, f"{name}.final_norm") if c.final_norm else None,
+                 patches=patches, pool_norm=_norm(c, f"{name}.pool_norm") if pool_norm else None)
 
 
 def _rnn(c, tok: Table) -> Architecture:

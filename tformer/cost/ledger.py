@@ -189,9 +189,10 @@ def ledger(config, workload: Workload | None = None, **workload_fields) -> Ledge
 
 
 def _check(config, arch: Architecture, w: Workload) -> None:
-    if not any(st.causal for st in arch.stacks) and w.phase in ("prefill", "decode"):
-        raise TformerError(f"an encoder-only model does not generate, so phase '{w.phase}' does not apply; use forward or train")
-    if config.position in ("learned", "sinusoidal"):
+    if w.phase not in config.traits.phases:
+        raise TformerError(f"{config.traits.label} does not generate, so phase '{w.phase}' does not apply; "
+                           f"use {' or '.join(config.traits.phases)}")
+    if config.position in ("learned", "sinusoidal") and any(st.tables for st in arch.stacks):  # a ViT reads no seq
         need = {"decode": w.decode_context + 1}.get(w.phase, max(w.seq, w.seq_decoder or 0))
         if need > config.max_positions:
             raise TformerError(

@@ -89,6 +89,9 @@ def activation_bytes(ledger) -> dict:
     return {"total": total, "per_layer": rows, "outside_layers": outside, "scores": scores, "rule": rule}
 
 
+LOGIT_KINDS = ("lm_head", "classifier", "temperature")
+
+
 def memory_breakdown(ledger) -> dict:
     w = ledger.workload
     P, trained = ledger.params["total"], ledger.params["trained"]
@@ -100,7 +103,8 @@ def memory_breakdown(ledger) -> dict:
     optimizer = trained * (per["master"] + per["moments"]) if w.training else 0
     acts = activation_bytes(ledger)
     kv = sum(op.cache_bytes for op in fwd)
-    logits = sum(op.bytes_written for op in fwd if op.name in ("lm_head", "mlm_head.decoder"))
+    # What the loss reads: an LM head's (tokens x vocabulary), a classifier's, CLIP's N x N similarity.
+    logits = sum(op.bytes_written for op in fwd if op.name == "mlm_head.decoder" or op.kind in LOGIT_KINDS)
     if w.training:
         total = weights + gradients + optimizer + acts["total"] + logits
         total_rule = "weights + gradients + optimizer state + activations + logits"

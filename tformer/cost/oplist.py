@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tformer.cost import ops as O
-from tformer.cost.architecture import (MLP, Architecture, Attention, Bridge, Linear, Norm, Recurrent,
-                                      RecurrentAttention, Stack)
+from tformer.cost.architecture import (MLP, Architecture, Attention, Bridge, Contrastive, Linear, Norm, Patches,
+                                      Recurrent, RecurrentAttention, Stack)
 from tformer.cost.attention import attention_rows, costed_kind
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param
@@ -35,6 +35,8 @@ def stack_tokens(stack: Stack, w: Workload) -> Tokens | None:
     """What ``stack`` processes in workload ``w``; None when it does not run (a decode step reuses
     the encoder's output, so a bidirectional stack runs only outside decode)."""
     decode = w.phase == "decode"
+    if stack.patches is not None:  # an image: its patches and [CLS], whatever the workload's seq
+        return Tokens(stack.patches.tokens, stack.patches.tokens)
     if not stack.causal:
         return None if decode else Tokens(w.seq, w.seq)
     ctx = w.decode_context if decode else 0
@@ -58,6 +60,7 @@ def backward_op(op: Op) -> Op:
 class OpListBuilder:
     def __init__(self, config, w: Workload):
         self.c, self.w = config, w
+        self.model_config = config  # self.c is the config of the stack being walked (CLIP's vision tower has its own)
         self.a = ACTIVATION_BYTES[w.dtype]
         self.wb = WEIGHT_BYTES[w.dtype]
         self.train = w.training
@@ -124,8 +127,13 @@ class OpListBuilder:
             tokens = stack_tokens(st, self.w)
             if tokens is None:
                 continue
+            self.c = self.model_config.vision_tower() if arch.contrastive and st.patches else self.model_config
             rows = self.w.batch * tokens.tq
-            self.embed(st, tokens, rows)
+            if st.patches is not None:
+                self.patches(st.patches, st.name, rows)
+            else:
+                self.embed(st, tokens, rows)
+            self.enter(st, tokens, rows)
             for layer in st.layers:
                 if isinstance(layer, Recurrent):
                     self.recurrent(layer, st.name, tokens, rows)
@@ -138,10 +146,30 @@ class OpListBuilder:
                 self.mlp(layer.mlp, layer.index, st.name, rows)
             if st.final_norm:
                 self.norm(st.final_norm, None, st.name, rows)
+            if st.pool_norm:  # CLIP: over each image's [CLS] state only
+                self.norm(st.pool_norm, None, st.name, self.w.batch)
+        self.c = self.model_config
         self.heads(arch, rows)  # on the last stack's output
         if self.train:
             self.backward_and_optimizer(arch.loss_skips)
         return self.ops
+
+    def patches(self, spec: Patches, stack: str, rows: int) -> None:
+        """The patch projection as the matmul it is ((B grid^2, C P^2) x (C P^2, d), the convolution's FLOPs as
+        FlopCounterMode counts them; the pixels take no gradient, so its backward is the weight's alone),
+        [CLS] put in front, then the learned positions added to all n = grid^2 + 1 tokens (``embed``'s rows)."""
+        a, wb, B, d = self.a, self.wb, self.w.batch, spec.d
+        n_patches = B * spec.grid * spec.grid
+        op = self.linear(spec.linear, None, stack, n_patches)
+        op.shapes = (f"[{B}, {spec.channels}, {spec.grid * spec.patch}, {spec.grid * spec.patch}] -> {n_patches} patches "
+                     "of " + O.matmul_label((n_patches, spec.linear.d_in), (spec.linear.d_in, d)))
+        op.backward_matmul_flops = op.matmul_flops
+        cls = self.own(f"{spec.path}.cls_token", d)
+        op.params += cls
+        op.embedding_params = cls  # [CLS] is a learned embedding; the projection is a layer like any Linear
+        self.add(Op(name=f"{spec.path}.cls", kind="embedding", layer=None, phase="forward", stack=stack,
+                    shapes=f"[CLS] + [{B}, {spec.grid * spec.grid}, {d}]", bytes_read=(n_patches + d) * a,
+                    bytes_written=rows * d * a))
 
     def embed(self, st: Stack, t: Tokens, rows: int) -> None:
         """Token lookup (+ segment table) (+ position table). The token table's parameters belong
@@ -162,6 +190,12 @@ class OpListBuilder:
                         shapes=f"[{rows}] ids -> [{rows}, {d}] from [{table.shape[0]}, {d}]", other_flops=rows * d,
                         bytes_read=rows * INDEX_BYTES + rows * d * wb + rows * d * a, bytes_written=rows * d * a,
                         params=n, embedding_params=n, weight_bytes=rows * d * wb))
+
+    def enter(self, st: Stack, t: Tokens, rows: int) -> None:
+        """What the first layer's input gets after the lookup: positions (a table added, or a score bias built
+        once), the embedding norm, dropout, ALBERT's projection."""
+        c, a, wb = self.c, self.a, self.wb
+        d = st.tables[0].shape[1] if st.tables else st.patches.d  # ALBERT's tables are E wide
         pos = st.positions
         if pos.added:
             n = pos.table.shape[0] * d if pos.table.trained else 0
@@ -220,7 +254,7 @@ class OpListBuilder:
         if self.train and len(forward) < len(costed):
             self.redone[forward[-1].name] = [op for op in costed if op.phase != "forward"]
         self.linear(att.o, i, st.name, rows)
-        self.residual(att.path + ".residual", i, st.name, rows)
+        self.residual(att.path + ".residual", i, st.name, rows, att.o.d_out)
 
     def mlp(self, spec: MLP, i: int, stack: str, rows: int) -> None:
         c, a = self.c, self.a
@@ -236,7 +270,7 @@ class OpListBuilder:
         self.elementwise(spec.path + ".act", "activation", i, stack, elems, per, reads=2 if gated else 1,
                          saved=saved, shapes=f"[{rows}, {f}] {spec.activation}" + (" * up" if gated else ""))
         self.linear(spec.down, i, stack, rows)
-        self.residual(spec.path + ".residual", i, stack, rows)
+        self.residual(spec.path + ".residual", i, stack, rows, spec.down.d_out)
 
     def recurrent(self, spec: Recurrent, stack: str, t: Tokens, rows: int) -> None:
         """Per direction: the input projection of every token at once (one matmul, as cuDNN runs it), the
@@ -309,10 +343,10 @@ class OpListBuilder:
                            bytes_read=batch * (m * k + k * n) * a, bytes_written=batch * m * n * a,
                            saved_bytes=batch * (m * k + k * n) * a))
 
-    def residual(self, name, i, stack, rows) -> None:
-        elems = rows * self.c.d_model
+    def residual(self, name, i, stack, rows, d) -> None:
+        elems = rows * d
         self.elementwise(name, "residual", i, stack, elems, 1, reads=2,
-                         saved=self.dropout_mask(self.c.dropout, elems), shapes=f"[{rows}, {self.c.d_model}] + same")
+                         saved=self.dropout_mask(self.c.dropout, elems), shapes=f"[{rows}, {d}] + same")
 
     def heads(self, arch: Architecture, rows: int) -> None:
         B, d = self.w.batch, self.c.d_model
@@ -336,13 +370,40 @@ class OpListBuilder:
             if arch.lm_head.logits_bias:
                 op.other_flops += rows * op.dims.n  # BART's logits bias (a buffer, not a parameter)
             self.loss(op)
+        if arch.classifier:  # ViT: the [CLS] state of each image -> classes
+            self.loss(self.linear(arch.classifier, None, "", B))
+        if arch.contrastive:
+            self.contrastive(arch.contrastive)
 
-    def loss(self, logits: Op) -> None:
+    def contrastive(self, head: Contrastive) -> None:
+        """CLIP over a batch of N = B image-text pairs: both pooled vectors projected (N rows each), L2-normalised,
+        the N x N similarity (every image against every text: N^2 logits, the batch's quadratic term), times
+        exp(logit_scale); then cross-entropy along rows and along columns, each keeping N^2 fp32 log-probabilities
+        for the backward."""
+        a, N, p = self.a, self.w.batch, head.vision_proj.d_out
+        self.linear(head.vision_proj, None, "", N)
+        self.linear(head.text_proj, None, "", N)
+        # ||x||: square, sum, sqrt (per row), divide: 3 FLOPs an element, both sides
+        self.elementwise(head.path + ".normalize", "activation", None, "", 2 * N * p, 3, saved=2 * N * p * a,
+                         shapes=f"2 x [{N}, {p}] / ||x||")
+        sim = self.add(Op(name=head.path + ".similarity", kind="similarity", layer=None, phase="forward", stack="",
+                          shapes=O.matmul_label((N, p), (p, N)), dims=MatMul(1, N, p, N),
+                          matmul_flops=O.matmul_flops(N, p, N), bytes_read=2 * N * p * a, bytes_written=N * N * a,
+                          saved_bytes=2 * N * p * a))
+        # The temperature: the module's own parameter, so its row carries the module's path.
+        scaled = self.add(Op(name=head.path, kind="temperature", layer=None, phase="forward", stack="",
+                             shapes=f"[{N}, {N}] x exp(logit_scale)", dims=MatMul(1, N, p, N), other_flops=N * N + 1,
+                             bytes_read=N * N * a + self.wb, bytes_written=N * N * a,
+                             params=self.own(head.logit_scale, 1), weight_bytes=self.wb, saved_bytes=N * N * a))
+        self.loss(scaled, name="loss.image_to_text")
+        self.loss(scaled, name="loss.text_to_image")
+
+    def loss(self, logits: Op, name: str = "loss") -> None:
         """Cross-entropy over the logits ``logits`` writes (training only)."""
         if not self.train:
             return
         rows, V, a = logits.dims.m, logits.dims.n, self.a
-        self.add(Op(name="loss", kind="loss", layer=None, phase="forward", stack="",
+        self.add(Op(name=name, kind="loss", layer=None, phase="forward", stack="",
                     shapes=f"cross-entropy over [{rows}, {V}]", other_flops=rows * V * O.CROSS_ENTROPY_FLOPS_PER_LOGIT,
                     bytes_read=rows * V * a + rows * INDEX_BYTES, bytes_written=LOSS_BYTES,
                     saved_bytes=rows * V * LOSS_BYTES))  # the fp32 log-probabilities

@@ -21,6 +21,8 @@ KINDS = (
     "ffn_up", "ffn_gate", "activation", "ffn_down", "residual", "pooler", "lm_head", "loss", "optimizer",
     "rnn_input", "rnn_hidden", "rnn_gates",  # a recurrent layer: all tokens' input projection, per-step parts
     "rnn_bridge", "rnn_attention",  # rnn-seq2seq: a bidirectional encoder's bridge; the decoder's attention
+    "patch_embed", "classifier",  # vit: patches -> d_model (a strided convolution); [CLS] -> classes
+    "projection", "similarity", "temperature",  # clip: into the shared space; every image x every text; x exp(scale)
 )
 PHASES = ("forward", "recompute", "backward", "optimizer")
 
@@ -28,7 +30,7 @@ PHASES = ("forward", "recompute", "backward", "optimizer")
 LAYERNORM_FLOPS_PER_ELEMENT = 7  # mean (1), subtract (1), square (1), sum (1), normalise (1), scale (1), shift (1)
 RMSNORM_FLOPS_PER_ELEMENT = 4  # square (1), sum (1), multiply by rsqrt (1), scale (1)
 SOFTMAX_FLOPS_PER_ELEMENT = 5  # max (1), subtract (1), exp (1), sum (1), divide (1)
-ACTIVATION_FLOPS_PER_ELEMENT = {"relu": 1, "gelu": 8, "gelu_tanh": 8, "silu": 4}
+ACTIVATION_FLOPS_PER_ELEMENT = {"relu": 1, "gelu": 8, "gelu_tanh": 8, "silu": 4, "quick_gelu": 5}
 ROPE_FLOPS_PER_ELEMENT = 3  # x*cos + rotate(x)*sin
 CROSS_ENTROPY_FLOPS_PER_LOGIT = 6  # log-softmax (5) + pick and average (1)
 BACKWARD_OTHER_FACTOR = 2  # element-wise backward ~ twice the forward element-wise work (a convention)

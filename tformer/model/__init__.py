@@ -13,11 +13,13 @@ from tformer.model.encoder_decoder import EncoderDecoderModel
 from tformer.model.init import init_weights
 from tformer.model.rnn_lm import RecurrentLM
 from tformer.model.rnn_seq2seq import RecurrentSeq2Seq
+from tformer.model.vit import ViTModel
+from tformer.model.clip import CLIPModel
 from tformer.model.runners import Batch, Runner, runner_for
 from tformer.model.compiled import compiled_runner
 
 ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel,
-                 "rnn": RecurrentLM, "rnn-seq2seq": RecurrentSeq2Seq}
+                 "rnn": RecurrentLM, "rnn-seq2seq": RecurrentSeq2Seq, "vit": ViTModel, "clip": CLIPModel}
 
 
 def build(config, device=None, dtype=None, init: bool = True) -> TransformerModel:
@@ -47,5 +49,5 @@ def with_attention(model: TransformerModel, name: str) -> TransformerModel:
 __all__ = [
     "build", "with_attention", "ATTENTION", "attention_fn", "runner_for", "compiled_runner", "Runner", "Batch",
     "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel",
-    "RecurrentLM", "RecurrentSeq2Seq",
+    "RecurrentLM", "RecurrentSeq2Seq", "ViTModel", "CLIPModel",
 ]

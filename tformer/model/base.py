@@ -29,6 +29,11 @@ class ModelOutput:
     cross_attentions: list | None = None
     encoder_attentions: list | None = None
     pair_logits: torch.Tensor | None = None  # (B, 2), encoder with a pair head (NSP, SOP)
+    # clip: the projected, L2-normalised embeddings and the scaled similarities (logits_per_image = its transpose)
+    image_embeds: torch.Tensor | None = None  # (N_images, projection_dim)
+    text_embeds: torch.Tensor | None = None  # (N_texts, projection_dim)
+    logits_per_image: torch.Tensor | None = None  # (N_images, N_texts)
+    logits_per_text: torch.Tensor | None = None  # (N_texts, N_images)
 
     def __getitem__(self, key: str):
         return getattr(self, key)
@@ -37,10 +42,12 @@ class ModelOutput:
 class TransformerModel(nn.Module):
     """Base class: holds the config and the token embedding table every architecture starts with."""
 
-    def __init__(self, config):
+    def __init__(self, config, tokens: bool = True):
+        """tokens: the model reads token ids (every architecture but the ViT, which reads pixels)."""
         super().__init__()
         self.config = config
-        self.tok_embed = nn.Embedding(config.vocab_size, config.d_model)
+        if tokens:
+            self.tok_embed = nn.Embedding(config.vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from tformer.model.feedforward import FeedForward
 from tformer.model.linear import Linear
 from tformer.model.masks import build_mask
 from tformer.model.norm import make_norm
+from tformer.model.vision import PatchEmbed
 from tformer.model.position import (
     ALiBi, LearnedPositions, RelativePositionBias, RopeScaling, SinusoidalPositions, rope_cos_sin,
 )
@@ -69,6 +70,8 @@ class Stack(nn.Module):
     def __init__(self, config, spec):
         """spec: the stack in the architecture description (tformer.cost.architecture.Stack)."""
         super().__init__()
+        # A stack over images starts with its patch embedding (tformer.model.vision.PatchEmbed); the model calls it.
+        self.patch_embed = PatchEmbed(spec.patches) if spec.patches is not None else None
         self.causal = causal = spec.causal
         pos = spec.positions
         kind, table = pos.kind, pos.table.shape if pos.table else None
@@ -96,12 +99,17 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(Block(config, layer) for layer in distinct.values())
         self.order = [int(layer.path.rsplit(".", 1)[1]) for layer in spec.layers]
         self.final_norm = make_norm(config, spec.final_norm.d) if spec.final_norm else None
-        self.max_positions = config.max_positions
+        self.pool_norm = make_norm(config, spec.pool_norm.d) if spec.pool_norm else None  # CLIP: on [CLS] alone
+        self.max_positions = table[0] - pos.offset if kind == "learned" else config.max_positions
 
-    def enter(self, h: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    def enter(self, h: torch.Tensor, position_ids: torch.Tensor, added_positions: torch.Tensor | None = None
+              ) -> torch.Tensor:
         """Token embeddings (B, T, d_model) at ``position_ids`` (B, T) -> the first layer's input: plus
-        absolute positions (learned, sinusoidal), then the embedding norm and dropout."""
-        if self.positions is not None:
+        absolute positions (learned, sinusoidal; or ``added_positions``, a table already fitted to the input:
+        a ViT's, interpolated to another image size), then the embedding norm and dropout."""
+        if added_positions is not None:
+            h = h + added_positions.to(h.dtype)
+        elif self.positions is not None:
             h = h + self.positions(position_ids).to(h.dtype)
         if self.embed_norm is not None:
             h = self.embed_norm(h)
@@ -118,23 +126,25 @@ class Stack(nn.Module):
         cache=None,
         need_weights: bool = False,
         prefix_length: torch.Tensor | None = None,
+        added_positions: torch.Tensor | None = None,
     ):
         """h: (B, T, d_model) token embeddings. attention_mask: (B, past + T), 1 = real token.
         prefix_length: (B,) a prefix LM's prefix per row, attended bidirectionally (causal stacks only).
+        added_positions: (1, T, d_model) positions to add instead of looking them up (see ``enter``).
 
         Returns (hidden (B, T, d_model), self-attention weights per layer, cross-attention weights per layer).
         """
         B, T, _ = h.shape
         past = cache.length if cache is not None else 0
         total = past + T
-        if self.positions is not None and total > self.max_positions:
+        if self.positions is not None and added_positions is None and total > self.max_positions:
             raise TformerError(
                 f"sequence of {total} positions exceeds the model's max_positions={self.max_positions}; "
                 "shorten the input (or truncate it) to fit the context window"
             )
         if position_ids is None:
             position_ids = torch.arange(past, total, device=h.device)[None].expand(B, T)
-        h = self.enter(h, position_ids)
+        h = self.enter(h, position_ids, added_positions)
 
         # A rolling cache (sliding window) has dropped the oldest keys: those it holds start at k_start.
         k_start = cache.start if cache is not None else 0

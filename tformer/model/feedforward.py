@@ -13,6 +13,7 @@ ACTIVATIONS = {
     "gelu": F.gelu,  # exact, with erf (BERT, BART)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "silu": F.silu,  # a.k.a. swish; with gating it makes SwiGLU (LLaMA)
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # CLIP's sigmoid approximation of gelu
 }
 
 

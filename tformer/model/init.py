@@ -8,6 +8,7 @@ from torch import nn
 
 from tformer.model.attention import AttentionKind
 from tformer.model.position import LearnedPositions, RelativePositionBias
+from tformer.model.vision import PatchEmbed
 
 STD = 0.02  # GPT-2 / BERT
 
@@ -22,14 +23,19 @@ def init_weights(model: nn.Module) -> None:
             nn.init.normal_(module.weight, 0.0, STD)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, (LearnedPositions, RelativePositionBias)):
+        elif isinstance(module, (LearnedPositions, RelativePositionBias, nn.Conv2d)):  # Conv2d: ViT's patches
             nn.init.normal_(module.weight, 0.0, STD)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, PatchEmbed):
+            nn.init.normal_(module.cls_token, 0.0, STD)
         elif isinstance(module, AttentionKind) and hasattr(module, "reset_parameters"):
             module.reset_parameters()  # a kind's own parameters (Linformer's E, F) start as it says
     # Small even when the model scales embeddings by sqrt(d_model): with a tied output layer, a
     # unit-size embedding makes every position's logits favour its own input token (the residual
     # stream carries it), a minimum that a small encoder-decoder never left on the copy task.
-    nn.init.normal_(model.tok_embed.weight, 0.0, STD)
+    if getattr(model, "tok_embed", None) is not None:  # a ViT reads pixels, not tokens
+        nn.init.normal_(model.tok_embed.weight, 0.0, STD)
     # Residual branches add up over depth; scale their output projections by 1/sqrt(2 * layers)
     # so the residual stream's variance stays put (GPT-2 paper, section 2.3).
     n_residual = 2 * (config.n_layers + (config.n_decoder_layers if config.arch == "encoder-decoder" else 0))

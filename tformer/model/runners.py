@@ -526,8 +526,46 @@ class RecurrentSeq2SeqRunner(EncoderDecoderRunner):
         Runner.rewind(self, cache, n)
 
 
+class ImageClassifierRunner(Runner):
+    """arch='vit': batches of images (``pixel_values`` (B, C, H, W)) with one class each (targets (B,))."""
+
+    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
+        """Random images, one per row of ``ids`` (their length is ignored: an image is n = HW/P^2 + 1 tokens)."""
+        c = self.config
+        g = torch.Generator().manual_seed(0)
+        pixels = torch.randn(ids.shape[0], c.num_channels, c.image_size, c.image_size, generator=g)
+        labels = torch.randint(0, max(c.n_classes, 1), (ids.shape[0],), generator=g)
+        return Batch({"pixel_values": pixels.to(ids.device)}, labels.to(ids.device))
+
+
+class ContrastiveRunner(Runner):
+    """arch='clip': batches of N image-text pairs (``pixel_values``, ``input_ids``, ``attention_mask``); text i
+    describes image i, so the targets are 0..N-1 both ways."""
+
+    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
+        """Random images beside ``ids`` as their texts, each text ending in the end token."""
+        c = self.config
+        g = torch.Generator().manual_seed(0)
+        pixels = torch.randn(ids.shape[0], c.num_channels, c.image_size, c.image_size, generator=g)
+        texts = ids.clone()
+        if c.eos_token_id is not None:
+            texts[:, -1] = c.eos_token_id
+        return Batch({"pixel_values": pixels.to(ids.device), "input_ids": texts},
+                     torch.arange(ids.shape[0], device=ids.device))
+
+    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
+             stand_in: bool = False, pair_counts: list | None = None) -> torch.Tensor:
+        """The symmetric contrastive loss (tformer.model.clip.contrastive_loss); label_smoothing applies both ways."""
+        with autocast if autocast is not None else contextlib.nullcontext():
+            out = self.forward(batch, module)
+        logits, target = out.logits_per_text.float(), batch.targets
+        return (F.cross_entropy(logits, target, label_smoothing=label_smoothing)
+                + F.cross_entropy(logits.T, target, label_smoothing=label_smoothing)) / 2
+
+
 RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner,
-           "rnn": RecurrentRunner, "rnn-seq2seq": RecurrentSeq2SeqRunner}
+           "rnn": RecurrentRunner, "rnn-seq2seq": RecurrentSeq2SeqRunner, "vit": ImageClassifierRunner,
+           "clip": ContrastiveRunner}
 
 
 def runner_for(model) -> Runner:
@@ -540,10 +578,12 @@ def runner_for(model) -> Runner:
 __all__ = [
     "Batch",
     "Cache",
+    "ContrastiveRunner",
     "DecoderCache",
     "DecoderRunner",
     "EncoderDecoderRunner",
     "EncoderRunner",
+    "ImageClassifierRunner",
     "RecurrentCache",
     "RecurrentRunner",
     "RecurrentSeq2SeqCache",
