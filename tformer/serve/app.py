@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from tformer.core.errors import TformerError
 from tformer.generate.batching_report import prediction_device
 from tformer.generate.continuous import ContinuousBatcher
 from tformer.serve.checks import ModelInfo
@@ -45,6 +46,9 @@ class ServeSettings:
 def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSettings | None = None) -> FastAPI:
     """The app serving ``model``: /v1/completions for generative models, /v1/embeddings for encoders."""
     s = settings or ServeSettings()
+    if model.config.traits.images:
+        raise TformerError(f"{name} is {model.config.traits.label}; tformer serve answers text requests "
+                           "(completions, embeddings): serve a decoder, encoder-decoder or text encoder checkpoint")
     info = ModelInfo.of(model, tokenizer, name)
     model.eval()
     if info.generates:
