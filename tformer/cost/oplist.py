@@ -11,8 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tformer.cost import ops as O
-from tformer.cost.architecture import (MLP, Architecture, Attention, Bridge, Contrastive, Linear, Norm, Patches,
-                                      Recurrent, RecurrentAttention, Stack)
+from tformer.cost.architecture import (
+    MLP,
+    Architecture,
+    Attention,
+    Bridge,
+    Contrastive,
+    Linear,
+    Norm,
+    Patches,
+    Recurrent,
+    RecurrentAttention,
+    Stack,
+)
 from tformer.cost.attention import attention_rows, costed_kind
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param
@@ -158,7 +169,7 @@ class OpListBuilder:
         """The patch projection as the matmul it is ((B grid^2, C P^2) x (C P^2, d), the convolution's FLOPs as
         FlopCounterMode counts them; the pixels take no gradient, so its backward is the weight's alone),
         [CLS] put in front, then the learned positions added to all n = grid^2 + 1 tokens (``embed``'s rows)."""
-        a, wb, B, d = self.a, self.wb, self.w.batch, spec.d
+        a, B, d = self.a, self.w.batch, spec.d
         n_patches = B * spec.grid * spec.grid
         op = self.linear(spec.linear, None, stack, n_patches)
         op.shapes = (f"[{B}, {spec.channels}, {spec.grid * spec.patch}, {spec.grid * spec.patch}] -> {n_patches} patches "
@@ -386,10 +397,10 @@ class OpListBuilder:
         # ||x||: square, sum, sqrt (per row), divide: 3 FLOPs an element, both sides
         self.elementwise(head.path + ".normalize", "activation", None, "", 2 * N * p, 3, saved=2 * N * p * a,
                          shapes=f"2 x [{N}, {p}] / ||x||")
-        sim = self.add(Op(name=head.path + ".similarity", kind="similarity", layer=None, phase="forward", stack="",
-                          shapes=O.matmul_label((N, p), (p, N)), dims=MatMul(1, N, p, N),
-                          matmul_flops=O.matmul_flops(N, p, N), bytes_read=2 * N * p * a, bytes_written=N * N * a,
-                          saved_bytes=2 * N * p * a))
+        self.add(Op(name=head.path + ".similarity", kind="similarity", layer=None, phase="forward", stack="",
+                    shapes=O.matmul_label((N, p), (p, N)), dims=MatMul(1, N, p, N),
+                    matmul_flops=O.matmul_flops(N, p, N), bytes_read=2 * N * p * a, bytes_written=N * N * a,
+                    saved_bytes=2 * N * p * a))
         # The temperature: the module's own parameter, so its row carries the module's path.
         scaled = self.add(Op(name=head.path, kind="temperature", layer=None, phase="forward", stack="",
                              shapes=f"[{N}, {N}] x exp(logit_scale)", dims=MatMul(1, N, p, N), other_flops=N * N + 1,

@@ -33,7 +33,7 @@ class ImageSet:
     def __len__(self) -> int:
         return len(self.labels)
 
-    def subset(self, index: np.ndarray) -> "ImageSet":
+    def subset(self, index: np.ndarray) -> ImageSet:
         return ImageSet(self.name, self.images[index], self.labels[index], self.classes)
 
 
@@ -68,7 +68,7 @@ def split(images: ImageSet, val_fraction: float = 0.2, seed: int = 0) -> tuple[I
     train, val = [], []
     for c in range(len(images.classes)):
         members = rng.permutation(np.flatnonzero(images.labels == c))
-        cut = int(round(len(members) * val_fraction))
+        cut = round(len(members) * val_fraction)
         val.append(members[:cut])
         train.append(members[cut:])
     order = lambda parts: np.sort(np.concatenate(parts))

@@ -85,7 +85,7 @@ class CLIPModel(TransformerModel):
         output_attentions: bool = False,
         interpolate_pos_encoding: bool = False,
     ) -> ModelOutput:
-        image, image_h, image_w = self.image_features(pixel_values, interpolate_pos_encoding, output_attentions)
+        image, _, image_w = self.image_features(pixel_values, interpolate_pos_encoding, output_attentions)
         text, text_h, text_w = self.text_features(input_ids, attention_mask, output_attentions)
         image = image / image.norm(dim=-1, keepdim=True)
         text = text / text.norm(dim=-1, keepdim=True)
