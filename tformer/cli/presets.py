@@ -20,6 +20,16 @@ def preset_params(config) -> int:
     return ledger(config, Workload(phase="forward", batch=1, seq=1)).params["total"]
 
 
+def _vocab_and_context(c) -> tuple[str, str]:
+    """A text model's vocabulary and context; an image model's tokens per image (n = HW/P^2 + 1) beside them."""
+    if not c.traits.images:
+        return f"{c.vocab_size:,}", str(c.max_positions)
+    image = f"{c.image_tokens} img ({c.image_size}px/{c.patch_size})"
+    if c.arch == "clip":  # a text tower beside the image tower
+        return f"{c.vocab_size:,}", f"{c.max_positions} text, {image}"
+    return "-", image
+
+
 def run(args) -> int:
     rows = []
     for name in preset_names():
@@ -36,6 +46,6 @@ def run(args) -> int:
     for name, c, params in rows:
         layers = f"{c.n_layers}+{c.n_decoder_layers}" if c.traits.seq2seq else str(c.n_layers)
         table.add_row(name, c.arch, layers, str(c.d_model), f"{c.n_heads} ({c.n_kv_heads})", str(c.d_ff),
-                      f"{c.vocab_size:,}", str(c.max_positions), c.position, f"{params:,}")
+                      *_vocab_and_context(c), c.position, f"{params:,}")
     console().print(table)
     return 0
