@@ -30,7 +30,8 @@ def add_arguments(parser) -> None:
     add_model_arguments(parser)
     add_workload_arguments(parser)
     parser.add_argument("--factor", type=float, default=2.0, help="multiply each knob by this (default 2)")
-    parser.add_argument("--knobs", default="d_model,n_layers,seq,batch", help="comma-separated: d_model,n_layers,seq,batch")
+    parser.add_argument("--knobs", help="comma-separated: d_model,n_layers,seq,batch (image models: image_size "
+                                         "for seq; default: all that apply)")
     parser.add_argument("--train-tokens", type=float, help="training run: tokens to train on (e.g. 3e11)")
     parser.add_argument("--devices", type=int, default=1,
                         help="devices: the training run's count, and the layout's (data = devices / (tp x pp))")
@@ -44,7 +45,8 @@ def run(args) -> int:
     config = load_config(args)
     workload = load_workload(args, config)
     device = load_device(args.hardware)
-    knobs = tuple(k.strip() for k in args.knobs.split(",") if k.strip())
+    knobs = (tuple(k.strip() for k in args.knobs.split(",") if k.strip()) if args.knobs
+             else scaling.default_knobs(config))
     if not args.factor > 0 or args.factor == float("inf"):  # nan fails the first test
         raise TformerError(f"--factor must be a finite positive number, got {args.factor}; e.g. 2 or 0.5")
     out = {"what_if": scaling.what_if(config, workload, args.factor, device, args.efficiency, knobs),
@@ -110,8 +112,14 @@ def _print(out, config, workload, factor) -> None:
                   ratio(r["kv_cache"]), ratio(r["time_s"]))
     con.print(t)
     x = out["attention_crossover"]
-    con.print(f"QK^T + AV overtake the FFN at seq ≈ {x['vs_ffn']:,} tokens and the q/k/v/o projections at "
-              f"seq ≈ {x['vs_projections']:,} tokens ({x['note']})")
+    if config.arch == "vit":  # tokens come from the image: n = (side / P)^2 + 1
+        side = lambda n: f"{config.patch_size * max(n - 1, 0) ** 0.5:,.0f} px"
+        con.print(f"QK^T + AV overtake the FFN at n ≈ {x['vs_ffn']:,} image tokens (a {side(x['vs_ffn'])} image at "
+                  f"patch {config.patch_size}) and the q/k/v/o projections at n ≈ {x['vs_projections']:,} "
+                  f"({side(x['vs_projections'])}) ({x['note']})")
+    else:
+        con.print(f"QK^T + AV overtake the FFN at seq ≈ {x['vs_ffn']:,} tokens and the q/k/v/o projections at "
+                  f"seq ≈ {x['vs_projections']:,} tokens ({x['note']})")
     if "decode_compute_bound_batch" in out:
         d = out["decode_compute_bound_batch"]
         if d.get("batch"):

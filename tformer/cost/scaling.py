@@ -97,7 +97,12 @@ def what_if(config, workload: Workload, factor: float = 2.0, device=None, effici
         c, w = config, workload
         if knob in ("d_model", "n_layers"):
             c = scaled_config(config, knob, factor)
+        elif knob == "image_size":  # an image model's tokens: (image_size / patch_size)^2 + 1
+            c = _scaled_image(config, factor)
         elif knob in ("seq", "batch"):
+            if knob == "seq" and config.traits.images and config.arch == "vit":
+                raise TformerError("a ViT reads no token sequence: its tokens are (image_size / patch_size)^2 + 1; "
+                                   "use the knob image_size instead of seq")
             value = getattr(workload, knob) * factor
             if abs(value - round(value)) > 1e-9 or round(value) < 1:
                 raise TformerError(f"{knob}={getattr(workload, knob)} x {factor} is not a whole number")
@@ -110,12 +115,32 @@ def what_if(config, workload: Workload, factor: float = 2.0, device=None, effici
             if config.position in ("learned", "sinusoidal") and need > config.max_positions:
                 c = config.replace(max_positions=need)
         else:
-            raise TformerError(f"unknown what-if knob '{knob}'; choose from {', '.join(WHAT_IF_KNOBS)}")
+            raise TformerError(f"unknown what-if knob '{knob}'; choose from {', '.join(WHAT_IF_KNOBS + ('image_size',))}")
         new = measure(c, w)
         ratios = {k: (new[k] / base[k] if isinstance(new[k], (int, float)) and isinstance(base[k], (int, float)) and base[k]
                       else None) for k in base}
         rows.append({"knob": knob, "factor": factor, "values": new, "ratios": ratios})
     return {"base": base, "rows": rows}
+
+
+def _scaled_image(config, factor: float):
+    """``config`` with its image side x factor (tokens ~ x factor^2), which must stay whole patches."""
+    if not config.traits.images:
+        raise TformerError(f"the knob image_size applies to image models (vit, clip); {config.traits.label} reads text")
+    side = config.image_size * factor
+    if abs(side - round(side)) > 1e-9 or round(side) % config.patch_size or round(side) < config.patch_size:
+        raise TformerError(f"image_size={config.image_size} x {factor} = {side:g} pixels is not whole "
+                           f"{config.patch_size}-pixel patches; pick a factor that keeps it a multiple of the patch size")
+    return config.replace(image_size=int(round(side)))
+
+
+def default_knobs(config) -> tuple[str, ...]:
+    """The what-if knobs for ``config``: an image model's length knob is its image size, a ViT's only one."""
+    if config.arch == "vit":
+        return ("d_model", "n_layers", "image_size", "batch")
+    if config.traits.images:
+        return ("d_model", "n_layers", "seq", "image_size", "batch")
+    return WHAT_IF_KNOBS
 
 
 # Attention vs FFN --------------------------------------------------------------------------------------------
@@ -126,17 +151,21 @@ def attention_crossover(config) -> dict:
     stack = describe(config).stacks[0].name
 
     def per_token(seq: int) -> dict[str, Fraction]:
-        lg = ledger(config, Workload(phase="forward", batch=1, seq=seq))
+        c, n = config, seq
+        if config.traits.images and stack != "text":  # the first stack reads images: seq patches per side
+            c = config.replace(image_size=config.patch_size * seq)
+            n = c.image_tokens
+        lg = ledger(c, Workload(phase="forward", batch=1, seq=seq))
         ops = lg.select(phase="forward", layer=0, stack=stack)
         pick = lambda kinds: sum(op.matmul_flops for op in ops if op.kind in kinds and ".cross_attn." not in op.name)
-        return {"scores": Fraction(pick(("scores", "context")), seq),
-                "ffn": Fraction(pick(("ffn_up", "ffn_gate", "ffn_down")), seq),
-                "proj": Fraction(pick(("qkv_proj", "out_proj")), seq)}
+        return {"n": n, "scores": Fraction(pick(("scores", "context")), n),
+                "ffn": Fraction(pick(("ffn_up", "ffn_gate", "ffn_down")), n),
+                "proj": Fraction(pick(("qkv_proj", "out_proj")), n)}
 
     # Probe at short lengths (always inside any position table), then solve the linear relations.
     a, b = per_token(1), per_token(2)
-    slope = b["scores"] - a["scores"]  # FLOPs per token per extra key
-    intercept = a["scores"] - slope
+    slope = (b["scores"] - a["scores"]) / (b["n"] - a["n"])  # FLOPs per token per extra key
+    intercept = a["scores"] - slope * a["n"]
     out = {}
     for name, key in (("vs_ffn", "ffn"), ("vs_projections", "proj")):
         target = a[key]
