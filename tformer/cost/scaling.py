@@ -131,7 +131,7 @@ def _scaled_image(config, factor: float):
     if abs(side - round(side)) > 1e-9 or round(side) % config.patch_size or round(side) < config.patch_size:
         raise TformerError(f"image_size={config.image_size} x {factor} = {side:g} pixels is not whole "
                            f"{config.patch_size}-pixel patches; pick a factor that keeps it a multiple of the patch size")
-    return config.replace(image_size=int(round(side)))
+    return config.replace(image_size=round(side))
 
 
 def default_knobs(config) -> tuple[str, ...]:
