@@ -8,7 +8,6 @@ missing or unexpected tensor and the same outputs. fp32, eval, within 1e-5.
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest

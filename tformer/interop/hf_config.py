@@ -14,7 +14,6 @@ from typing import Any
 
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
-
 from tformer.interop.hf_fields import ACTIVATION_OUT as _ACTIVATION_OUT
 from tformer.interop.hf_fields import activation as _activation
 from tformer.interop.hf_fields import dropouts as _dropouts

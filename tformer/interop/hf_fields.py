@@ -9,7 +9,7 @@ from typing import Any
 from tformer.core.errors import TformerError
 
 # HF activation names -> ours. "gelu" in HF is the exact erf form; gelu_new and
-# gelu_pytorch_tanh are both the tanh approximation; quick_gelu is x * sigmoid(1.702 x) (CLIP).
+# gelu_pytorch_tanh are both the tanh approximation.
 ACTIVATIONS = {
     "relu": "relu",
     "gelu": "gelu",
@@ -17,17 +17,18 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "silu": "silu",
     "swish": "silu",
-    "quick_gelu": "quick_gelu",
 }
+# ViT and CLIP also read quick_gelu, x * sigmoid(1.702 x) (CLIP's; no text family here was released with it).
+VISION_ACTIVATIONS = {**ACTIVATIONS, "quick_gelu": "quick_gelu"}
 ACTIVATION_OUT = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu", "quick_gelu": "quick_gelu"}
 
 
-def activation(name: Any, model_type: str) -> str:
-    if name not in ACTIVATIONS:
+def activation(name: Any, model_type: str, table: dict[str, str] = ACTIVATIONS) -> str:
+    if name not in table:
         raise TformerError(
-            f"{model_type} activation '{name}' is not supported; supported: {', '.join(ACTIVATIONS)}"
+            f"{model_type} activation '{name}' is not supported; supported: {', '.join(table)}"
         )
-    return ACTIVATIONS[name]
+    return table[name]
 
 
 def refuse(model_type: str, problem: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tformer.interop.hf_fields import ACTIVATION_OUT, activation, dropouts, refuse, token_id
+from tformer.interop.hf_fields import ACTIVATION_OUT, VISION_ACTIVATIONS, activation, dropouts, refuse, token_id
 from tformer.interop.hf_rules import Rule, attention_rules, linear_rules, norm_rules
 
 
@@ -47,7 +47,7 @@ def vit_from_hf(d: dict) -> dict:
         d_ff=d["intermediate_size"], **_images(d, "vit", 16),
         n_classes=labels if "ViTForImageClassification" in archs else 0, patch_bias=True, position="learned",
         norm="layernorm", norm_placement="pre", norm_eps=d.get("layer_norm_eps", 1e-12), final_norm=True,
-        embedding_norm=False, activation=activation(d.get("hidden_act", "gelu"), "vit"), bias=True,
+        embedding_norm=False, activation=activation(d.get("hidden_act", "gelu"), "vit", VISION_ACTIVATIONS), bias=True,
         pad_token_id=token_id(d, "pad_token_id"), bos_token_id=token_id(d, "bos_token_id"),
         eos_token_id=token_id(d, "eos_token_id"),
         **dropouts("vit", dropout=d.get("hidden_dropout_prob", 0.0),
@@ -75,7 +75,7 @@ def clip_from_hf(d: dict) -> dict:
         vision_n_heads=v["num_attention_heads"], vision_d_ff=v["intermediate_size"], **_images(v, "clip", 32),
         projection_dim=d.get("projection_dim", 512), logit_scale_init=float(d.get("logit_scale_init_value", 2.6592)),
         position="learned", norm="layernorm", norm_placement="pre", norm_eps=t["layer_norm_eps"], final_norm=True,
-        activation=activation(t["hidden_act"], "clip"), bias=True, tied_embeddings=False,
+        activation=activation(t["hidden_act"], "clip", VISION_ACTIVATIONS), bias=True, tied_embeddings=False,
         pad_token_id=token_id(t, "pad_token_id"), bos_token_id=token_id(t, "bos_token_id"),
         eos_token_id=token_id(t, "eos_token_id"),
         **dropouts("clip", dropout=0.0, attention_dropout=[t.get("attention_dropout", 0.0),
