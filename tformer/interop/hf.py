@@ -1,5 +1,6 @@
 """Load and save Hugging Face-format checkpoints (GPT-2, LLaMA/Mistral, BART, T5; the encoders BERT,
-RoBERTa, DistilBERT and ALBERT, whose tables live in tformer.interop.hf_encoders).
+RoBERTa, DistilBERT and ALBERT, whose tables live in tformer.interop.hf_encoders; ViT and CLIP, in
+tformer.interop.hf_vision).
 
 One table per family pairs each checkpoint tensor with the module(s) it fills in our model and
 says how it is transformed on the way (copied, transposed from GPT-2's Conv1D, or split from
@@ -31,6 +32,7 @@ from tformer.interop.hf_rules import attention_rules as _attention
 from tformer.interop.hf_rules import linear_rules as _linear
 from tformer.interop.hf_rules import norm_rules as _norm
 from tformer.interop.hf_rules import with_head as _with_head
+from tformer.interop.hf_vision import VISION_PREFIX, VISION_RULES, VISION_UNUSED, is_bare, vision_refine
 from tformer.model import build
 
 # Buffers some checkpoints carry that our model rebuilds on its own (masks, RoPE frequencies,
@@ -132,11 +134,11 @@ def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
 
 
 FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules,
-            "bart": _bart_rules, "t5": _t5_rules, **ENCODER_FAMILIES}
+            "bart": _bart_rules, "t5": _t5_rules, **ENCODER_FAMILIES, **VISION_RULES}
 # The outer prefix HF's task classes put around the body (GPT2LMHeadModel -> "transformer.", ...);
 # bare base-model files (GPT2Model, BertModel, BartModel) have none.
 BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "bart": "model.",
-               "t5": "", **ENCODER_PREFIX}
+               "t5": "", **ENCODER_PREFIX, **VISION_PREFIX}
 # The embedding the head is tied to, named without prefix: used to spot an untied head in a file.
 _EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.weight", "lm_head.weight"),
               "mistral": ("embed_tokens.weight", "lm_head.weight"),
@@ -258,6 +260,8 @@ def _prefix(model_type: str, keys) -> str:
 
 def _refine(config, model_type: str, sd: dict, prefix: str):
     """What config.json cannot say but the tensors do: an encoder's heads, an untied output layer."""
+    if model_type in VISION_RULES:
+        return vision_refine(config, model_type, sd)
     changes = {}
     if model_type in ENCODER_FAMILIES:
         changes.update(encoder_heads(model_type, sd, prefix))
@@ -288,6 +292,8 @@ def _names(names: list[str], limit: int = 6) -> str:
 
 def _hf_shape(rule: Rule, shapes: dict[str, torch.Size]) -> tuple[int, ...]:
     parts = [tuple(shapes[o]) for o in rule.ours]
+    if rule.lead:
+        return (1,) * rule.lead + parts[0]
     if rule.kind == "t":
         return parts[0][::-1]
     if rule.kind == "cat":
@@ -298,6 +304,8 @@ def _hf_shape(rule: Rule, shapes: dict[str, torch.Size]) -> tuple[int, ...]:
 
 
 def _to_ours(rule: Rule, t: torch.Tensor, shapes) -> list[torch.Tensor]:
+    if rule.lead:
+        return [t.reshape(shapes[rule.ours[0]])]
     if rule.kind == "t":
         return [t.t()]
     if rule.kind in ("cat", "cat_t"):
@@ -308,6 +316,8 @@ def _to_ours(rule: Rule, t: torch.Tensor, shapes) -> list[torch.Tensor]:
 
 
 def _to_hf(rule: Rule, tensors: list[torch.Tensor]) -> torch.Tensor:
+    if rule.lead:
+        return tensors[0].reshape((1,) * rule.lead + tuple(tensors[0].shape))
     if rule.kind == "t":
         return tensors[0].t()
     if rule.kind == "cat":
@@ -340,7 +350,8 @@ def convert_from_hf(sd: dict[str, torch.Tensor], config, model_type: str, prefix
             continue
         for name, piece in zip(rule.ours, _to_ours(rule, t, expected)):
             ours[name] = piece
-    unexpected = sorted(k for k in sd if not any(p.search(k) for p in _IGNORABLE))
+    ignorable = _IGNORABLE + list(VISION_UNUSED.get(model_type, ()))
+    unexpected = sorted(k for k in sd if not any(p.search(k) for p in ignorable))
     if wrong:
         raise TformerError(f"checkpoint tensors do not fit the {model_type} config.json: {_names(wrong, 3)}; "
                            "config.json and the weights come from different models")
@@ -416,7 +427,8 @@ def save_hf(model, path) -> Path:
     hf_config["torch_dtype"] = str(dtype).removeprefix("torch.")
 
     # The canonical task-class layout: GPT2LMHeadModel, BertForMaskedLM ("bert.") or BertModel (bare) ...
-    prefix = BODY_PREFIX[model_type] if not (model_type in ENCODER_FAMILIES and not config.lm_head) else ""
+    bare = (model_type in ENCODER_FAMILIES and not config.lm_head) or is_bare(config, model_type)
+    prefix = "" if bare else BODY_PREFIX[model_type]
     rules, _ = FAMILIES[model_type](config, prefix)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     if model_type == "bart" and "final_logits_bias" not in state:

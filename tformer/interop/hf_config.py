@@ -14,61 +14,20 @@ from typing import Any
 
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
+from tformer.interop.hf_fields import ACTIVATION_OUT as _ACTIVATION_OUT
+from tformer.interop.hf_fields import activation as _activation
+from tformer.interop.hf_fields import dropouts as _dropouts
+from tformer.interop.hf_fields import refuse as _refuse
+from tformer.interop.hf_fields import token_id as _token_id
+from tformer.interop.hf_vision import VISION_FROM_WEIGHTS, VISION_HF_FAMILIES, VISION_READERS, VISION_WRITERS
 
-SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5", "roberta", "distilbert", "albert")
-
-# HF activation names -> ours. "gelu" in HF is the exact erf form; gelu_new and
-# gelu_pytorch_tanh are both the tanh approximation.
-_ACTIVATIONS = {
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "silu": "silu",
-    "swish": "silu",
-}
-_ACTIVATION_OUT = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
+SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
 
 # Training-only settings: they never change eval outputs, so a value HF cannot hold is warned
 # about rather than refused.
 _DROPOUT_FIELDS = ("dropout", "attention_dropout", "activation_dropout")
 # Fields compared through the size they stand for: None and an explicit default mean the same.
 _IGNORED = ("name", "attn_impl") + _DROPOUT_FIELDS
-
-
-def _activation(name: Any, model_type: str) -> str:
-    if name not in _ACTIVATIONS:
-        raise TformerError(
-            f"{model_type} activation '{name}' is not supported; supported: {', '.join(_ACTIVATIONS)}"
-        )
-    return _ACTIVATIONS[name]
-
-
-def _refuse(model_type: str, problem: str) -> None:
-    raise TformerError(f"this {model_type} config sets {problem}, which tformer's model cannot reproduce")
-
-
-def _token_id(d: dict, key: str, default: Any = None) -> int | None:
-    value = d.get(key, default)
-    if isinstance(value, list):  # several stop ids (Llama 3): our config keeps one
-        if not value:
-            return None
-        if len(value) > 1:
-            warnings.warn(f"config {key}={value} lists several ids; tformer keeps the first, {value[0]}", stacklevel=3)
-        value = value[0]
-    return value
-
-
-def _dropouts(model_type: str, **values: float) -> dict[str, float]:
-    """Our three dropout rates from HF's; several HF rates folded into one take the largest."""
-    out = {}
-    for ours, rates in values.items():
-        rates = [float(r) for r in (rates if isinstance(rates, (list, tuple)) else [rates]) if r is not None]
-        if len(set(rates)) > 1:
-            warnings.warn(f"{model_type} dropout rates {rates} share one setting in tformer ({ours}); "
-                          f"using {max(rates)}", stacklevel=3)
-        out[ours] = max(rates) if rates else 0.0
-    return out
 
 
 # Reading ----------------------------------------------------------------------------------
@@ -339,7 +298,7 @@ def _albert(d: dict) -> dict:
 
 
 _READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "bart": _bart, "t5": _t5,
-            "roberta": _roberta, "distilbert": _distilbert, "albert": _albert}
+            "roberta": _roberta, "distilbert": _distilbert, "albert": _albert, **VISION_READERS}
 
 
 # Writing ----------------------------------------------------------------------------------
@@ -369,6 +328,7 @@ HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
                         ({"position": "relative"}, "t5", "T5ForConditionalGeneration")),
     "rnn": (),  # transformers has no recurrent language model
     "rnn-seq2seq": (),  # nor a recurrent encoder-decoder
+    **VISION_HF_FAMILIES,  # vit: ViTForImageClassification or ViTModel; clip: CLIPModel
 }
 
 
@@ -384,7 +344,7 @@ def hf_family(config: ModelConfig) -> tuple[str, str]:
         f"no Hugging Face family matches this {config.arch} with position='{config.position}' and "
         f"norm='{config.norm}'; save_hf writes GPT-2 (learned+layernorm decoder), LLaMA (rope+rmsnorm decoder), "
         "Mistral (LLaMA with attn_impl='sliding'), "
-        "BERT (encoder), BART (learned encoder-decoder) or T5 (relative encoder-decoder)"
+        "BERT (encoder), BART (learned encoder-decoder), T5 (relative encoder-decoder), ViT or CLIP"
     )
 
 
@@ -467,7 +427,8 @@ def _albert_out(c: ModelConfig) -> dict:
 
 
 _WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "bert": _bert_out, "bart": _bart_out,
-            "t5": _t5_out, "roberta": _roberta_out, "distilbert": _distilbert_out, "albert": _albert_out}
+            "t5": _t5_out, "roberta": _roberta_out, "distilbert": _distilbert_out, "albert": _albert_out,
+            **VISION_WRITERS}
 
 # What the config file cannot hold but the tensors do, copied back before the read-back comparison:
 # BERT's head, pooler and segment table, T5's tied head, BART's logits bias (a zero one is written
@@ -484,6 +445,7 @@ _FROM_WEIGHTS = {
     "bart": lambda back, c: back.replace(final_logits_bias=c.final_logits_bias),
     "llama": _same_rope,
     "mistral": _same_rope,
+    **VISION_FROM_WEIGHTS,
 }
 
 

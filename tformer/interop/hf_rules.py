@@ -18,6 +18,7 @@ class Rule:
     ours: tuple[str, ...]
     kind: str = "copy"
     optional: bool = False  # absent in the checkpoint: keep our default (BART's zero logits bias)
+    lead: int = 0  # the checkpoint's tensor is ours with this many leading 1-dims (ViT's cls_token (1, 1, d))
 
 
 @dataclass
