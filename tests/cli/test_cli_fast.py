@@ -29,6 +29,7 @@ def imported_modules(*args: str) -> set[str]:
 @pytest.mark.parametrize("args", [
     ("count", "--preset", "llama-70b", "--phase", "train", "--json"),
     ("count", "--preset", "gpt2", "--hardware", "h100-sxm", "--ops"),
+    ("count", "--preset", "clip-vit-b-32", "--sweep", "--fusion", "--batch", "4"),
     ("scale", "--preset", "gpt2", "--hardware", "a100", "--json"),
     ("presets", "--json"),
 ])

@@ -19,8 +19,13 @@ REAL_PRESETS = {"t5-small", "t5-base"}
 
 
 def _meta_safe(model):
-    """The token-id range check reads tensor values, which meta tensors do not have; skip only it."""
+    """The token-id range check and CLIP's end-token search read tensor values, which meta tensors do not have;
+    skip only them (a meta CLIP pools every text at its last position, as the ids built here end there)."""
+    if model.config.arch == "vit":
+        return model  # no token ids; PatchEmbed.check reads shapes and dtypes only
     model.embed = lambda ids: model.tok_embed(ids) * model.embed_scale if model.embed_scale != 1.0 else model.tok_embed(ids)
+    if model.config.arch == "clip":
+        model.text_ends = lambda ids: torch.full(ids.shape[:1], ids.shape[1] - 1, dtype=torch.long, device=ids.device)
     return model
 
 
@@ -29,21 +34,44 @@ def _ids(config, batch, seq, device):
         torch.zeros(batch, seq, dtype=torch.long, device="meta")
 
 
+def _pixels(config, batch, device):
+    size = config.image_size
+    return torch.randn(batch, config.num_channels, size, size, device=device) if device != "meta" else \
+        torch.zeros(batch, config.num_channels, size, size, device="meta")
+
+
+def _inputs(config, batch, seq, seq_dec, device) -> tuple[tuple, dict]:
+    """What the model reads: token ids; a ViT's pixel values; CLIP's pixel values and ids, each text ending in
+    the end token (the position CLIP pools), as many texts as images (N pairs)."""
+    if config.arch == "vit":
+        return (_pixels(config, batch, device),), {}
+    ids = _ids(config, batch, seq, device)
+    if config.arch == "clip":
+        if device != "meta":
+            ids[:, -1] = config.eos_token_id
+            ids[:, :-1] = ids[:, :-1] % config.eos_token_id  # no earlier end token
+        return (), {"input_ids": ids, "pixel_values": _pixels(config, batch, device), "return_loss": True}
+    if config.arch == "encoder-decoder":
+        return (ids,), {"decoder_input_ids": _ids(config, batch, seq_dec or seq, device)}
+    return (ids,), {}
+
+
 def _outputs_sum(out):
-    """What the runner's loss reaches: the logits, else (an encoder with no head) the pooler's output or
-    the last hidden state. A pooler beside a masked-token head gets no backward, as in training."""
-    for t in (out.logits, out.pooler_output, out.last_hidden_state):
+    """What the runner's loss reaches: CLIP's contrastive loss, else the logits, else (an encoder with no head)
+    the pooler's output or the last hidden state. A pooler beside a masked-token head gets no backward, as in
+    training."""
+    for t in (out.loss if out.logits_per_text is not None else None, out.logits, out.pooler_output,
+              out.last_hidden_state):
         if t is not None:
             return t.float().sum()
     raise AssertionError("the model returned nothing")
 
 
 def torch_flops(model, config, batch, seq, seq_dec=None, train=False, device="cpu") -> int:
-    ids = _ids(config, batch, seq, device)
-    kwargs = {"decoder_input_ids": _ids(config, batch, seq_dec or seq, device)} if config.arch == "encoder-decoder" else {}
+    args, kwargs = _inputs(config, batch, seq, seq_dec, device)
     model.train(train)
     with torch.set_grad_enabled(train), FlopCounterMode(display=False) as fc:
-        out = model(ids, **kwargs)
+        out = model(*args, **kwargs)
         if train:
             _outputs_sum(out).backward()
     return fc.get_total_flops()
@@ -93,7 +121,14 @@ def test_preset_flops_equal_flop_counter(name):
     assert lg.flops["matmul"] == fwd
     if name != "t5-base":
         both = torch_flops(model, config, 1, seq, train=True, device=device)
-        assert ledger(config, Workload(phase="train", batch=1, seq=seq)).flops["matmul"] == both == 3 * fwd
+        # 3x forward, less the pixels' gradient, which nothing asks for (the patch projection's weight alone)
+        assert ledger(config, Workload(phase="train", batch=1, seq=seq)).flops["matmul"] == both == \
+            3 * fwd - _pixel_grad_flops(lg)
+
+
+def _pixel_grad_flops(lg) -> int:
+    """The matmul FLOPs a gradient for the pixels would take: one forward's worth of each patch projection."""
+    return sum(op.matmul_flops for op in lg.select(phase="forward", kind="patch_embed"))
 
 
 def test_llama70b_meta_forward_and_backward_at_4096():
@@ -158,6 +193,46 @@ def test_random_configs_match_torch(config, batch, seq, seq_dec):
         lg = ledger(config, phase="decode", batch=batch, seq=seq, context=context)
         assert lg.flops["matmul"] == flops
         assert lg.memory["kv_cache"] == cache.nbytes
+
+
+# Images: random ViT and CLIP configs -----------------------------------------------------------------------------
+@st.composite
+def image_configs(draw):
+    """Tiny ViT or CLIP configs with odd widths, 1 or 3 channels, patch sizes 2-5 and an image a whole number of
+    patches across (1-3 patches), with or without a classifier."""
+    arch = draw(st.sampled_from(["vit", "clip"]))
+    patch = draw(st.integers(2, 5))
+    heads, head = draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 3, 5]))
+    data = dict(arch=arch, n_layers=draw(st.integers(1, 2)), d_model=heads * head, n_heads=heads,
+                d_ff=draw(st.integers(3, 13)), patch_size=patch, image_size=patch * draw(st.integers(1, 3)),
+                num_channels=draw(st.sampled_from([1, 3])), norm_placement=draw(st.sampled_from(["pre", "post"])),
+                activation=draw(st.sampled_from(["gelu", "quick_gelu", "relu"])), bias=draw(st.booleans()))
+    if arch == "vit":
+        data.update(n_classes=draw(st.sampled_from([0, 1, 7])), patch_bias=draw(st.booleans()),
+                    final_norm=draw(st.booleans()))
+    else:
+        v_heads = draw(st.sampled_from([1, 2]))
+        vocab = draw(st.integers(5, 23))
+        data.update(vocab_size=vocab, max_positions=8, eos_token_id=vocab - 1, pad_token_id=0, bos_token_id=0,
+                    vision_n_layers=draw(st.integers(1, 2)), vision_n_heads=v_heads,
+                    vision_d_model=v_heads * draw(st.sampled_from([3, 5])), vision_d_ff=draw(st.integers(3, 11)),
+                    projection_dim=draw(st.integers(1, 9)))
+    return ModelConfig.from_dict(data)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=image_configs(), batch=st.integers(1, 3), seq=st.integers(1, 6))
+def test_random_image_configs_match_torch(config, batch, seq):
+    torch.manual_seed(0)
+    model = build(config.replace(attn_impl="reference"))
+    assert ledger(config, seq=seq).params["total"] == sum(p.numel() for p in model.parameters())
+    fwd = torch_flops(model, config, batch, seq)
+    lg = ledger(config, phase="forward", batch=batch, seq=seq)
+    assert lg.flops["matmul"] == fwd
+    both = torch_flops(model, config, batch, seq, train=True)
+    train = ledger(config, phase="train", batch=batch, seq=seq)
+    assert train.flops["matmul"] == both == 3 * fwd - _pixel_grad_flops(lg)
+    assert train.memory["gradients"] == 4 * sum(p.numel() for p in model.parameters())
 
 
 # KV cache ------------------------------------------------------------------------------------------------------

@@ -14,6 +14,14 @@ from tformer.cli._cost_common import (
     load_layout,
     load_workload,
 )
+from tformer.cli._count_images import (
+    add_image_arguments,
+    fusion_table,
+    image_request,
+    image_summary,
+    print_image_header,
+    size_table,
+)
 from tformer.cli._parallel_print import print_parallel
 from tformer.core import fmt
 from tformer.core.errors import TformerError
@@ -31,6 +39,7 @@ def add_arguments(parser) -> None:
     add_model_arguments(parser)
     add_workload_arguments(parser)
     add_layout_arguments(parser)
+    add_image_arguments(parser)
     parser.add_argument("--ops", action="store_true", help="print the per-op table")
     parser.add_argument("--convention", choices=["exact", "course"], default="exact",
                         help="course: also show the course assignment's per-layer count beside the exact one")
@@ -40,7 +49,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    config = load_config(args)
+    config, sizes = image_request(args, load_config(args))
     workload = load_workload(args, config)
     added = None
     if args.objective:
@@ -67,6 +76,12 @@ def run(args) -> int:
         out["memory"]["per_device"] = par["per_device"]
         if added is not None:
             out["objective"] = added
+        if config.traits.images:
+            out["image"] = image_summary(lg)
+            if sizes is not None:
+                out["image_sizes"] = size_table(None, config, workload, sizes)
+            if args.fusion:
+                out["fusion"] = fusion_table(None, config, workload, args.cross_every)
         for key in ("layout", "communication", "pipeline", "time", "devices_needed"):
             if key in par:
                 out["parallel_time" if key == "time" else key] = par[key]
@@ -83,6 +98,10 @@ def run(args) -> int:
                         f"{fmt.params(added['params'], word=True)} and {fmt.flops(added['flops'])} per step "
                         f"({fmt.flops(added['matmul_flops'])} matmul)")
     _print_tables(lg, roof, alternatives, course, args.ops)
+    if sizes is not None:
+        size_table(console(), config, workload, sizes)
+    if args.fusion:
+        fusion_table(console(), config, workload, args.cross_every)
     if not layout.single or "devices_needed" in par:
         print_parallel(par, workload)
     return 0
@@ -131,8 +150,13 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     c, w = lg.config, lg.workload
     shape = f"{w.batch} x {w.seq}" + (f" -> {w.seq_decoder or w.seq}" if c.traits.seq2seq and w.phase != "decode" else "")
     ctx = f", context {w.decode_context}" if w.phase == "decode" else ""
-    con.print(f"[bold]{getattr(c, 'name', 'custom')}[/] ({c.arch}) · {w.phase} · batch x seq {shape}{ctx} · {w.dtype}"
+    if c.arch == "vit":
+        shape = f"{w.batch} image{'s' if w.batch > 1 else ''}"
+    con.print(f"[bold]{getattr(c, 'name', 'custom')}[/] ({c.arch}) · {w.phase} · "
+              f"{'batch' if c.arch == 'vit' else 'batch x seq'} {shape}{ctx} · {w.dtype}"
               + (f" · {w.optimizer}" if w.training else ""))
+    if c.traits.images:
+        print_image_header(con, lg)
 
     p = lg.params
     t = Table(title="Parameters (every tensor once; tied embeddings once)")

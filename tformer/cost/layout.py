@@ -88,6 +88,8 @@ class Layout:
 
 
 def layer_count(config) -> int:
+    if config.arch == "clip":  # the vision tower's layers run first, then the text tower's
+        return config.vision_n_layers + config.n_layers
     return config.n_layers + (config.n_decoder_layers or config.n_layers if config.traits.seq2seq else 0)
 
 

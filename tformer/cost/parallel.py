@@ -135,7 +135,8 @@ class Plans:
             if (tp, pp, trained) not in self._shape_counts:
                 skips = self.arch.loss_skips if trained else ()
                 self._shape_counts[tp, pp, trained] = [
-                    Counter((shape[0], math.prod(shape[1:])) for t, shape in st
+                    # shape (): a scalar (CLIP's temperature), one row of one element
+                    Counter((shape[0] if shape else 1, math.prod(shape[1:])) for t, shape in st
                             if not (skips and t.name.startswith(skips)))
                     for st in self.tensors(tp, pp)]
             self._elements[key] = [sum(n * -(-rows // shards) * rest for (rows, rest), n in counts.items())

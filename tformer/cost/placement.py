@@ -73,10 +73,12 @@ def placed_tensors(arch: Architecture) -> list[PlacedTensor]:
             out.extend(PlacedTensor(n, s, "whole", anchor, in_layer) for n, s in part.parameters().items())
 
     first = spans[arch.stacks[0].name].start
-    out.append(PlacedTensor(arch.tok_embed.path + ".weight", arch.tok_embed.shape, "rows", first))
+    if arch.tok_embed is not None:  # a ViT reads pixels, not tokens
+        out.append(PlacedTensor(arch.tok_embed.path + ".weight", arch.tok_embed.shape, "rows", first))
     whole(arch.type_embed, first)
     for st in arch.stacks:
         span = spans[st.name]
+        whole(st.patches, span.start)  # an image's patch projection and [CLS], with the stack's first layer
         whole(st.positions.table, span.start)
         whole(st.embed_norm, span.start)
         for layer in st.layers:
@@ -94,7 +96,10 @@ def placed_tensors(arch: Architecture) -> list[PlacedTensor]:
             linear(layer.mlp.gate, "column", i, True)
             linear(layer.mlp.down, "row", i, True)
         whole(st.final_norm, span[-1])
+        whole(st.pool_norm, span[-1])
     linear(arch.pooler, "whole", None)
+    linear(arch.classifier, "whole", None)
+    whole(arch.contrastive, None)
     if arch.mlm_head is not None:
         linear(arch.mlm_head.dense, "whole", None)
         whole(arch.mlm_head.norm, None)
@@ -152,4 +157,4 @@ def sharded_elements(shapes, shards: int) -> int:
     ceil(rows / shards) rows (FSDP2's per-parameter sharding)."""
     if shards == 1:
         return sum(math.prod(s) for s in shapes)
-    return sum(math.ceil(s[0] / shards) * math.prod(s[1:]) for s in shapes)
+    return sum(math.ceil((s[0] if s else 1) / shards) * math.prod(s[1:]) for s in shapes)  # s = (): a scalar
