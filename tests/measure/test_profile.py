@@ -133,7 +133,7 @@ def test_decode_and_prefill_run_and_match_ledger():
 def test_skeleton_has_the_full_models_ops_at_negligible_size(name):
     config = preset(name)
     phases = [Workload(phase="train", batch=8, seq=64), Workload(phase="forward", batch=8, seq=64)]
-    if config.arch != "encoder":
+    if "decode" in config.traits.phases:
         phases.append(Workload(phase="decode", batch=4, seq=64, context=63))
     for w in phases:
         small, work = skeleton(config, w)

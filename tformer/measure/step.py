@@ -174,6 +174,11 @@ def skeleton(config, workload):
            (("pad_token_id", config.pad_token_id), ("bos_token_id", config.bos_token_id),
             ("eos_token_id", config.eos_token_id), ("decoder_start_token_id", config.decoder_start_token_id))}
     small = config.replace(d_model=d, head_dim=8, d_ff=4 * d, vocab_size=vocab, **ids)
+    if config.traits.images:  # at most 3 x 3 patches (10 tokens) of the same size; CLIP's vision tower as thin
+        small = small.replace(image_size=config.patch_size * min(config.image_size // config.patch_size, 3))
+        if config.arch == "clip":
+            dv = 8 * config.vision_n_heads
+            small = small.replace(vision_d_model=dv, vision_d_ff=4 * dv)
     short = min(workload.seq, 16)
     work = replace(workload, batch=1, seq=short,
                    seq_decoder=None if workload.seq_decoder is None else min(workload.seq_decoder, 16),
