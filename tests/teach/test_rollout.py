@@ -1,9 +1,12 @@
 """Attention rollout by hand (tformer.teach.rollout), the digits ViT it is drawn for, and its pictures."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
+from tformer.cli import main
 from tformer.core.errors import TformerError
 from tformer.teach import digit_vit
 from tformer.teach.pictures import patches_png, rollout_png
@@ -122,3 +125,37 @@ def test_summary_and_pictures(short_run):
 def test_negative_steps_are_refused():
     with pytest.raises(TformerError, match="steps must be 0 or more"):
         digit_vit.train_digit_vit(steps=-1)
+
+
+def test_cli_vit_prints_the_steps_and_saves_the_pictures(tmp_path, capsys):
+    assert main(["attention", "--vit", "--steps", "3", "--out", str(tmp_path / "pics")]) == 0
+    out = capsys.readouterr().out
+    for step in ("Step 1. The image (8x8 pixels", "Step 2. Cut into 2x2 patches: 4 x 4 = 16 patches",
+                 "n = HW/P² + 1 = 8·8/2² + 1 = 17 tokens", "trained here for 3 Adam steps",
+                 "Step 6. Attention rollout of [CLS]"):
+        assert step in out
+    for name in ("vit_patches.png", "vit_rollout.png"):
+        assert (tmp_path / "pics" / name).read_bytes().startswith(PNG) and str(tmp_path / "pics" / name) in out
+
+
+def test_cli_vit_json(capsys):
+    assert main(["attention", "--vit", "--steps", "0", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["steps"] == 0 and data["pictures"] == [] and data["config"]["tokens"] == 17
+    assert len(data["pixels"]) == 8 and np.array(data["patch_tokens"]).shape == (16, 4)
+    first = data["shown"][0]
+    # The [CLS] row over the patches plus its share from itself is the whole row of a stochastic matrix: below 1.
+    assert 0 < np.sum(first["rollout"]) < 1
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["attention"], "--walkthrough` or `tformer attention --vit`"),
+    (["attention", "--walkthrough", "--vit"], "one of them"),
+    (["attention", "--vit", "--steps", "-2"], "--steps must be 0 or more"),
+    (["attention", "--vit", "--heads", "2"], "belong to --walkthrough"),
+    (["attention", "--walkthrough", "--out", "x"], "go with --vit"),
+])
+def test_cli_bad_vit_options_are_one_line_exit_2(capsys, argv, expect):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expect in err[0], err

@@ -21,7 +21,7 @@ def measure(ctx) -> dict:
     opts = ctx.options
     steps = 0 if not opts.train else (digit_vit.QUICK_STEPS if opts.quick else digit_vit.STEPS)
     ctx.say(f"training a small ViT on the digits ({steps} steps)" if steps else "drawing an untrained ViT's patches")
-    return {"run": digit_vit.train_digit_vit(steps=steps, seed=opts.seed % 2**32)}
+    return {"run": digit_vit.train_digit_vit(steps=steps, seed=opts.seed % 2**32, threads=opts.threads or 1)}
 
 
 def build(ctx) -> Section:
