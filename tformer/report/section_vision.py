@@ -55,7 +55,7 @@ def build(ctx) -> Section:
     sec.text(f"Attention rollout (Abnar & Zuidema 2020) of {state}. Each layer's weights are averaged over the heads, "
              "the identity is added for the residual path and each row renormalised; multiplying the layers gives "
              "how much of the [CLS] state at the top was mixed from each input patch. The [CLS] row over the "
-             "patches, laid on the patch grid, is the orange tint: the darker, the more that patch fed the "
+             "patches, laid on the patch grid, is the orange tint: the stronger, the more that patch fed the "
              "classification.")
     sec.figure("vit_rollout", rollout_png(run.val.images[shown], np.array([s["rollout"] for s in data["shown"]]),
                                           [s["label"] for s in data["shown"]], [s["predicted"] for s in data["shown"]],
