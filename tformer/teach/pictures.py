@@ -67,7 +67,7 @@ def patches_png(image: np.ndarray, patch: int, title: str = "") -> bytes:
                    extent=(x0, x0 + patch, y0 + patch, y0))
         cut.add_patch(_frame(x0, y0, patch))
         cut.text(x0 + 0.06 * patch, y0 + 0.08 * patch, str(t + 1), color="#d62728", fontsize=8, va="top",
-                 ha="left", fontweight="bold")
+                 ha="left", fontweight="bold", bbox=dict(facecolor="white", edgecolor="none", pad=0.6, alpha=0.85))
     cut.set_xlim(-gap / 2, cols * (patch + gap) - gap / 2)
     cut.set_ylim(rows * (patch + gap) - gap / 2, -gap / 2)
     cut.set_title(f"cut into {rows} x {cols} = {rows * cols} patches, numbered in token order", fontsize=10)
