@@ -23,7 +23,8 @@ TINY = ["--set", "n_layers=2", "--set", "d_model=32", "--set", "n_heads=2", "--s
 TINY_RUN = TINY + ["--seq", "24", "--batch", "4", "--sentence", "To be, or not to be"]
 SECTIONS = ["1. The machine", "2. The model", "3. The roofline", "4. Prediction vs measurement",
             "5. Training vs inference", "6. Scaling", "7. Beyond one device", "8. Attention, made visible",
-            "9. Attention at long context", "10. Why attention"]
+            "9. Attention at long context", "10. Why attention", "11. Serving: what batching buys",
+            "12. Seeing images: ViT patches and attention"]
 FAKE_NAME = "Fake Test CPU"
 
 
@@ -101,7 +102,7 @@ def test_files_and_sections(report):
     # Every plot referenced by the markdown exists beside it, and the HTML embeds each one.
     refs = re.findall(r"\]\(plots/([\w-]+)\.png\)", md)
     assert {"matmul_curve", "roofline", "op_times", "decode_curve", "parallel_memory", "attention", "long_context_time",
-            "long_context_memory", "why_attention_ledger"} <= set(refs)
+            "long_context_memory", "why_attention_ledger", "vit_patches", "vit_rollout"} <= set(refs)
     for name in refs:
         assert (report / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert page.count('src="data:image/png;base64,') == len(refs)

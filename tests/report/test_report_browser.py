@@ -1,5 +1,6 @@
 """report.html in a real headless Chromium (Debian's `chromium`, driven by Playwright): it loads
-offline with no console errors, every section and plot is there and rendered, and a screenshot is
+offline with no console errors, every section and plot is there and rendered (section 12's ViT
+pictures checked by name), and a screenshot is
 taken (to the test's tmp dir, and to docs/report-screenshot.png for the README).
 
 Set TFORMER_REPORT_HTML=path/to/report.html to check (and screenshot) an existing report instead of
@@ -81,6 +82,9 @@ def test_report_renders_in_chromium(report_html, tmp_path):
     assert expected >= 5 and len(images) + svgs == expected
     for img in images:
         assert img["complete"] and img["w"] > 0 and img["h"] > 0 and img["shown"] > 0, img
+    # Section 12's two pictures by their alt text: the digit cut into patches, the rollout over held-out digits.
+    vit = [img for img in images if "patches" in img["alt"] or "attention rollout" in img["alt"]]
+    assert len(vit) == 2 and all(img["w"] > 300 and img["h"] > 200 for img in vit), vit
     shot = tmp_path / "report.png"
     assert shot.stat().st_size > 10_000  # a blank page compresses to far less
     # The README's screenshot: refreshed from a real report (TFORMER_REPORT_HTML), and written from this

@@ -1,4 +1,5 @@
-"""`tformer attention --walkthrough`: scaled dot-product attention worked through on small matrices."""
+"""`tformer attention --walkthrough`: scaled dot-product attention worked through on small matrices;
+`tformer attention --vit`: a digit cut into patch tokens and a small ViT's attention rollout, as text and pictures."""
 
 import argparse
 import json
@@ -7,7 +8,8 @@ from tformer.cli._cost_common import console
 from tformer.core.errors import TformerError
 
 NAME = "attention"
-HELP = "Attention made visible: --walkthrough prints Q, K, V, Q Kᵀ, √d_k, softmax and output step by step."
+HELP = ("Attention made visible: --walkthrough prints Q, K, V, Q Kᵀ, √d_k, softmax and output step by step; "
+        "--vit shows a digit as patch tokens and a ViT's attention rollout")
 
 _EPILOG = """\
 the built-in example: tokens I, love, tea; X is 3×4; W_Q, W_K, W_V are 4×2 (d_k = 2).
@@ -26,7 +28,12 @@ and a 4×4 W_O. All entries are small integers, so every step can be redone by h
 --input FILE.csv: X only, one token per line, e.g. "love,0,1,2,0" (the first cell is an optional
   token label; lines starting with # are skipped); the weights are the built-in ones, so X needs 4 columns.
 
+--vit: a held-out 8x8 digit (scikit-learn's scans) cut into 2x2 patches (16 tokens + [CLS] = 17), a 3-layer
+  ViT trained on the other digits for --steps Adam steps (seeded; about 13 s), its held-out accuracy and the
+  attention rollout of [CLS] over the patches; --out DIR saves vit_patches.png and vit_rollout.png.
+
 example: tformer attention --walkthrough --causal --heads 2 --decimals 4
+         tformer attention --vit --out vit-pictures
 """
 
 
@@ -44,11 +51,21 @@ def add_arguments(parser) -> None:
                         help="decimal places printed (default 3; integers print as integers)")
     parser.add_argument("--json", action="store_true",
                         help="every intermediate matrix as exact float64 lists (masked -inf as null)")
+    parser.add_argument("--vit", action="store_true",
+                        help="a digit cut into patch tokens, and a small trained ViT's attention rollout over it")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="--vit: training steps of the small ViT (default 800; 0 = untrained)")
+    parser.add_argument("--out", metavar="DIR", help="--vit: save the two pictures (PNG) in DIR")
 
 
 def run(args) -> int:
-    if not args.walkthrough:
-        raise TformerError("say what to show: `tformer attention --walkthrough` (see --help for the options)")
+    if args.walkthrough == args.vit:
+        raise TformerError("say what to show: `tformer attention --walkthrough` or `tformer attention --vit` "
+                           "(one of them; see --help for the options)")
+    if args.vit:
+        return _vit(args)
+    if args.steps is not None or args.out:
+        raise TformerError("--steps and --out go with --vit; the walkthrough prints to the terminal")
     if not 0 <= args.decimals <= 15:
         raise TformerError(f"--decimals must be between 0 and 15, got {args.decimals}")
     if args.heads < 1:
@@ -70,4 +87,24 @@ def run(args) -> int:
     from tformer.teach.render import render
 
     render(w, args.decimals, console())
+    return 0
+
+
+def _vit(args) -> int:
+    if args.input or args.causal or args.heads != 1:
+        raise TformerError("--input, --causal and --heads belong to --walkthrough; --vit reads the digits")
+    if args.steps is not None and args.steps < 0:
+        raise TformerError(f"--steps must be 0 or more, got {args.steps}")
+    # deferred: torch and matplotlib load only when this command runs
+    from tformer.teach.digit_vit import STEPS, train_digit_vit
+    from tformer.teach.vit_walk import render, save_pictures, to_dict
+
+    run = train_digit_vit(steps=STEPS if args.steps is None else args.steps)
+    saved = save_pictures(run, args.out) if args.out else None
+    data = to_dict(run)
+    if args.json:
+        data["pictures"] = [str(s) for s in saved or []]
+        print(json.dumps(data, indent=1, allow_nan=False))
+        return 0
+    render(run, data, saved, console())
     return 0

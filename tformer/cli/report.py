@@ -18,7 +18,8 @@ def add_arguments(p) -> None:
                         "measurements always run on this machine")
     p.add_argument("--out", default="tformer-report", metavar="DIR", help="output directory (default ./tformer-report)")
     p.add_argument("--quick", action="store_true", help="under a minute: 15 s of training, fewer timed steps")
-    p.add_argument("--no-train", dest="train", action="store_false", help="skip the training run (maps of an untrained model)")
+    p.add_argument("--no-train", dest="train", action="store_false",
+                   help="skip the training runs (maps of untrained models, the ViT of section 12 too)")
     p.add_argument("--no-distributed", dest="distributed", action="store_false",
                    help="skip the measured 2-process run (DDP, FSDP2 over gloo) of section 7")
     p.add_argument("--no-long-context", dest="long_context", action="store_false",

@@ -32,6 +32,7 @@ from tformer.report import (
     section_roofline,
     section_scaling,
     section_serving,
+    section_vision,
     section_why_attention,
 )
 from tformer.report.context import Context, ReportOptions, build_context, load_average, oversubscription_note
@@ -124,6 +125,7 @@ def measure(ctx: Context) -> None:
     ctx.say("drawing attention maps")
     ctx.results["maps"] = runs.head_maps(ctx, model, tokenizer)
     ctx.results["long_context"] = section_long_context.measure(ctx)
+    ctx.results["vision"] = section_vision.measure(ctx)
 
 
 def machine_line(ctx: Context) -> str:
@@ -201,7 +203,7 @@ def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
     sections = []
     for module in (section_machine, section_model, section_roofline, section_measured, section_phases,
                    section_scaling, section_parallel, section_attention, section_long_context,
-                   section_why_attention, section_serving):
+                   section_why_attention, section_serving, section_vision):
         sections.append(module.build(ctx))
         ctx.say(f"section {sections[-1].heading}")
     wall = ctx.elapsed()
