@@ -126,6 +126,11 @@ class Runner:
         return self.config.traits.label
 
     @property
+    def accuracy_metric(self) -> str:
+        """What the [correct, rows] counts of ``loss(..., accuracy_counts=...)`` measure (a metrics key)."""
+        return "pair_accuracy"
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
@@ -147,7 +152,7 @@ class Runner:
         return (module if module is not None else self.model)(**batch.inputs)
 
     def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, pair_counts: list | None = None) -> torch.Tensor:
+             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
         """Mean cross-entropy (nats) of the logits against ``batch.targets`` over scored positions; with
         ``batch.pair_targets`` (NSP / SOP) plus the pair head's mean cross-entropy, as BertForPreTraining's
         total loss.
@@ -155,7 +160,8 @@ class Runner:
         autocast: a context entered around the forward pass only; the loss is computed in fp32.
         stand_in: a model with no head (an encoder without lm_head) scores nothing; return the sum
         of its outputs instead, so a backward pass can still be run and timed.
-        pair_counts: a list to which [correct, rows] of the pair head's predictions is appended (evaluation).
+        accuracy_counts: a list to which [correct, rows] of the predictions ``accuracy_metric`` names is appended
+        (evaluation): here the pair head's.
         """
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
@@ -174,8 +180,8 @@ class Runner:
             raise TformerError("this batch has sentence-pair labels but the model has no pair head; "
                                "build it with pooler=true and pair_head=true")
         pair = out.pair_logits.float()
-        if pair_counts is not None:
-            pair_counts.append([int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets)])
+        if accuracy_counts is not None:
+            accuracy_counts.append([int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets)])
         return loss + F.cross_entropy(pair, batch.pair_targets)
 
     # Generation: only the runners of models with a decoder implement these ----------------------
@@ -537,6 +543,23 @@ class ImageClassifierRunner(Runner):
         labels = torch.randint(0, max(c.n_classes, 1), (ids.shape[0],), generator=g)
         return Batch({"pixel_values": pixels.to(ids.device)}, labels.to(ids.device))
 
+    @property
+    def accuracy_metric(self) -> str:
+        return "accuracy"
+
+    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
+             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
+        """Mean cross-entropy of the class logits (B, n_classes) against the classes (B,); accuracy_counts gets
+        [correct, rows] of the top class."""
+        with autocast if autocast is not None else contextlib.nullcontext():
+            out = self.forward(batch, module)
+        if out.logits is None:
+            return super().loss(batch, module, label_smoothing, autocast, stand_in)  # no head: refused or stand-in
+        logits = out.logits.float()
+        if accuracy_counts is not None:
+            accuracy_counts.append([int((logits.argmax(-1) == batch.targets).sum()), len(batch.targets)])
+        return F.cross_entropy(logits, batch.targets, label_smoothing=label_smoothing)
+
 
 class ContrastiveRunner(Runner):
     """arch='clip': batches of N image-text pairs (``pixel_values``, ``input_ids``, ``attention_mask``); text i
@@ -554,7 +577,7 @@ class ContrastiveRunner(Runner):
                      torch.arange(ids.shape[0], device=ids.device))
 
     def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, pair_counts: list | None = None) -> torch.Tensor:
+             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
         """The symmetric contrastive loss (tformer.model.clip.contrastive_loss); label_smoothing applies both ways."""
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
