@@ -36,8 +36,9 @@ def add_arguments(p) -> None:
                           "vit-digits) | contrastive (CLIP on images and captions; default model clip-digits)")
     data = p.add_argument_group("data")
     data.add_argument("--data",
-                      help="shakespeare (default) | wikitext2 | tatoeba-en-es | copy | reverse | a text file or folder; "
-                           "for images: digits (default) | an image folder (one subfolder of PNG/JPEG files per class)")
+                      help="shakespeare (default) | wikitext2 | tatoeba-en-es | copy | reverse | a text file or "
+                           "folder; for images: digits (default) | an image folder (one subfolder of PNG/JPEG files "
+                           "per class)")
     data.add_argument("--tokenizer", help="char (default) | bpe | gpt2 | a saved tokenizer folder")
     data.add_argument("--vocab-size", type=int, help="BPE vocabulary size")
     data.add_argument("--seq-len", type=int, help="tokens per training sequence (default: the model's context)")
@@ -249,7 +250,7 @@ def _report_classifier(run_, result, out, log) -> None:
 
 
 def _report_contrastive(run_, result, out, log) -> None:
-    """Zero-shot accuracy and recall@1/@5 both ways on the held-out pairs, printed and saved to contrastive_eval.json."""
+    """Zero-shot accuracy and recall@1/@5 both ways on the held-out pairs, printed and saved (contrastive_eval.json)."""
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.train.contrastive_eval import contrastive_scores

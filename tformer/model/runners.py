@@ -125,10 +125,7 @@ class Runner:
     def label(self) -> str:
         return self.config.traits.label
 
-    @property
-    def accuracy_metric(self) -> str:
-        """What the [correct, rows] counts of ``loss(..., accuracy_counts=...)`` measure (a metrics key)."""
-        return "pair_accuracy"
+    accuracy_metric = "pair_accuracy"  # what loss(accuracy_counts=) counts: NSP/SOP answers; "accuracy": top classes
 
     @property
     def device(self) -> torch.device:
@@ -160,8 +157,7 @@ class Runner:
         autocast: a context entered around the forward pass only; the loss is computed in fp32.
         stand_in: a model with no head (an encoder without lm_head) scores nothing; return the sum
         of its outputs instead, so a backward pass can still be run and timed.
-        accuracy_counts: a list to which [correct, rows] of the predictions ``accuracy_metric`` names is appended
-        (evaluation): here the pair head's.
+        accuracy_counts: a list to which [correct, rows] of the predictions ``accuracy_metric`` names is appended.
         """
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
@@ -174,6 +170,8 @@ class Runner:
             return t.float().sum()
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
                                ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
+        if self.accuracy_metric == "accuracy" and accuracy_counts is not None:
+            accuracy_counts.append([int((logits.argmax(-1) == batch.targets).sum()), len(batch.targets)])
         if batch.pair_targets is None:
             return loss
         if out.pair_logits is None:
@@ -534,6 +532,7 @@ class RecurrentSeq2SeqRunner(EncoderDecoderRunner):
 
 class ImageClassifierRunner(Runner):
     """arch='vit': batches of images (``pixel_values`` (B, C, H, W)) with one class each (targets (B,))."""
+    accuracy_metric = "accuracy"
 
     def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
         """Random images, one per row of ``ids`` (their length is ignored: an image is n = HW/P^2 + 1 tokens)."""
@@ -542,23 +541,6 @@ class ImageClassifierRunner(Runner):
         pixels = torch.randn(ids.shape[0], c.num_channels, c.image_size, c.image_size, generator=g)
         labels = torch.randint(0, max(c.n_classes, 1), (ids.shape[0],), generator=g)
         return Batch({"pixel_values": pixels.to(ids.device)}, labels.to(ids.device))
-
-    @property
-    def accuracy_metric(self) -> str:
-        return "accuracy"
-
-    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
-        """Mean cross-entropy of the class logits (B, n_classes) against the classes (B,); accuracy_counts gets
-        [correct, rows] of the top class."""
-        with autocast if autocast is not None else contextlib.nullcontext():
-            out = self.forward(batch, module)
-        if out.logits is None:
-            return super().loss(batch, module, label_smoothing, autocast, stand_in)  # no head: refused or stand-in
-        logits = out.logits.float()
-        if accuracy_counts is not None:
-            accuracy_counts.append([int((logits.argmax(-1) == batch.targets).sum()), len(batch.targets)])
-        return F.cross_entropy(logits, batch.targets, label_smoothing=label_smoothing)
 
 
 class ContrastiveRunner(Runner):

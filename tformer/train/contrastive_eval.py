@@ -72,7 +72,8 @@ def contrastive_scores(model, pairs, labels: torch.Tensor, prompt_ids: torch.Ten
     images = embed(model.image_features, inputs["pixel_values"])
     texts = embed(model.text_features, inputs["input_ids"], inputs["attention_mask"])
     k, p, t = prompt_ids.shape
-    prompts = embed(model.text_features, prompt_ids.reshape(k * p, t).to(device), prompt_mask.reshape(k * p, t).to(device))
+    flat = lambda x: x.reshape(k * p, t).to(device)
+    prompts = embed(model.text_features, flat(prompt_ids), flat(prompt_mask))
     labels = labels.to(device)
     relevant = labels[:, None] == labels[None, :]
     similarity = images @ texts.T  # (images, captions)

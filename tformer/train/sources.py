@@ -198,7 +198,7 @@ class ImageSource(_Sampled):
 
     def eval_batches(self, n: int, rows: int):
         for part in self._val_slices(n, rows):
-            yield Batch({"pixel_values": torch.from_numpy(self.val.images[part])}, torch.from_numpy(self.val.labels[part]))
+            yield Batch({"pixel_values": torch.from_numpy(self.val.images[part])}, self.val_labels[part])
 
 
 class ImageTextSource(ImageSource):
@@ -211,7 +211,8 @@ class ImageTextSource(ImageSource):
         self.caption_ids, self.caption_mask = torch.from_numpy(caption_ids), torch.from_numpy(caption_mask)
         self.text_len = self.caption_ids.shape[-1]  # tokens per caption, end token and padding included
         paraphrases = self.caption_ids.shape[1]
-        self.val_paraphrase = torch.randint(0, paraphrases, (len(val),), generator=torch.Generator().manual_seed(EVAL_SEED))
+        fixed = torch.Generator().manual_seed(EVAL_SEED)
+        self.val_paraphrase = torch.randint(0, paraphrases, (len(val),), generator=fixed)
 
     def _pairs(self, x: torch.Tensor, labels: torch.Tensor, paraphrase: torch.Tensor) -> Batch:
         return Batch({"pixel_values": x, "input_ids": self.caption_ids[labels, paraphrase],
