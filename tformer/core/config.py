@@ -670,6 +670,14 @@ PRESETS: dict[str, dict[str, Any]] = {
        for size, (n, d, h, f) in _VIT_SIZES.items() for patch in (16, 32)},
     "clip-vit-b-32": dict(_CLIP, patch_size=32),
     "clip-vit-b-16": dict(_CLIP, patch_size=16),
+    # Small enough to train on scikit-learn's 8x8 digits on a laptop CPU in minutes (`tformer train --task ...`):
+    # 4x4 patches (n = 5 tokens), 10 classes; CLIP's text tower reads the caption tokenizer's characters.
+    "vit-digits": dict(_VIT, n_layers=4, d_model=128, n_heads=4, d_ff=256, image_size=8, patch_size=4, num_channels=1,
+                       n_classes=10, norm_eps=1e-6, dropout=0.1),
+    "clip-digits": dict(_CLIP, n_layers=2, d_model=64, n_heads=4, d_ff=128, vocab_size=64, max_positions=32,
+                        vision_n_layers=4, vision_d_model=128, vision_n_heads=4, vision_d_ff=256, image_size=8,
+                        patch_size=4, num_channels=1, projection_dim=64, pad_token_id=0, bos_token_id=None,
+                        eos_token_id=1),
 }
 
 

@@ -27,7 +27,9 @@ PREFIX_KINDS = ("sdpa", "reference")
 
 @dataclass(frozen=True)
 class Objective:
-    needs: str  # the architecture it trains: "decoder" (decoder-only), "encoder" (encoder-only), "encoder-decoder"
+    # the architecture it trains: "decoder" (decoder-only), "encoder" (encoder-only), "encoder-decoder", or for the
+    # image objectives the one architecture whose own objective it is ("vit", "clip")
+    needs: str
     summary: str
     adds: str = ""  # heads it switches on in the model it trains (said in the run's first line)
 
@@ -43,13 +45,20 @@ OBJECTIVES = {
                          "pooler + 2-class pair head + MLM head switched on"),
     "mlm+sop": Objective("encoder", "ALBERT: masked tokens + sentence-order prediction on [CLS] A [SEP] B [SEP]",
                          "pooler + 2-class pair head + MLM head switched on"),
+    "image-classification": Objective("vit", "ViT: the class of each image, from the [CLS] state (--data digits or an "
+                                             "image folder)"),
+    "contrastive": Objective("clip", "CLIP: images and captions of their class meet in one embedding space "
+                                     "(symmetric InfoNCE)"),
 }
+IMAGE_OBJECTIVES = ("image-classification", "contrastive")  # the own objectives of the architectures that read images
 PAIR_OBJECTIVES = {"mlm+nsp": "nsp", "mlm+sop": "sop"}  # objective -> tformer.data.pairs task
 # built here; the others in setup.build_run
 TEXT_OBJECTIVES = ("span-corruption", "denoise", "prefix-lm", *PAIR_OBJECTIVES)
 _FIX = {"decoder": "a decoder-only model (e.g. --preset gpt2)",
         "encoder": "an encoder-only model (e.g. --preset bert-base)",
-        "encoder-decoder": "an encoder-decoder model (e.g. --preset t5-small or bart-base)"}
+        "encoder-decoder": "an encoder-decoder model (e.g. --preset t5-small or bart-base)",
+        "vit": "a vision Transformer (e.g. --preset vit-digits)",
+        "clip": "an image-text model (e.g. --preset clip-digits)"}
 
 
 def _kind(config) -> str:
@@ -65,6 +74,12 @@ def resolve_objective(name: str | None, config) -> str:
     if name not in OBJECTIVES:
         raise TformerError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
     needs = OBJECTIVES[name].needs
+    own = config.traits.objective
+    if (name in IMAGE_OBJECTIVES or own in IMAGE_OBJECTIVES) and name != own:
+        fix = f"--task {own} (its own), or {_FIX[needs]}" if own in IMAGE_OBJECTIVES else _FIX[needs]
+        raise TformerError(f"--task/--objective {name} does not fit {config.traits.label}; use {fix}")
+    if name in IMAGE_OBJECTIVES:
+        return name
     if _kind(config) != needs or (needs == "decoder" and config.traits.objective != "causal"):
         raise TformerError(f"--objective {name} trains {_FIX[needs].split(' (')[0]}, but this is "
                            f"{config.traits.label}; use {_FIX[needs]} or another --objective")

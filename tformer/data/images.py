@@ -2,7 +2,8 @@
 
 digits: scikit-learn's copy of the UCI optical-digits set (1,797 scans of handwritten 0-9, 8x8 pixels,
 16 grey levels), read from the CSV inside the installed scikit-learn package (hash-pinned; scikit-learn
-itself is not imported, nothing downloads).
+itself is not imported, nothing downloads). image_folder: a folder of PNG/JPEG files, one subfolder per class,
+read with Pillow.
 """
 
 from __future__ import annotations
@@ -73,3 +74,84 @@ def split(images: ImageSet, val_fraction: float = 0.2, seed: int = 0) -> tuple[I
         train.append(members[cut:])
     order = lambda parts: np.sort(np.concatenate(parts))
     return images.subset(order(train)), images.subset(order(val))
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+# Pillow's mode for each channel count it can convert any image to.
+PIL_MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+
+
+def _mode(channels: int) -> str:
+    if channels not in PIL_MODES:
+        raise TformerError(f"images can be converted to 1 (grey), 2, 3 (RGB) or 4 (RGBA) channels, not {channels}; "
+                           "build the model with --set num_channels=1 or 3")
+    return PIL_MODES[channels]
+
+
+def image_folder(path, channels: int = 3, size: int = 224) -> ImageSet:
+    """An image folder as an ImageSet: one subfolder per class (its name is the class; classes sorted by name), each
+    holding PNG or JPEG files, every image converted to ``channels`` and resized to ``size`` x ``size`` (bilinear; a
+    non-square image is squashed, not cropped). Hidden files are skipped; any other file is refused in one line."""
+    mode = _mode(channels)
+    root = Path(path)
+    if not root.is_dir():
+        raise TformerError(f"--data {path}: no such image folder (and not a dataset name); give a folder with one "
+                           "subfolder of PNG/JPEG files per class, or --data digits")
+    class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not class_dirs:
+        raise TformerError(f"image folder {root} has no class subfolders; put each class's PNG/JPEG files in a "
+                           "subfolder named after the class")
+    images, labels = [], []
+    for label, folder in enumerate(class_dirs):
+        files = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+        if not files:
+            raise TformerError(f"class folder {folder} holds no images; add PNG/JPEG files or remove the folder")
+        for file in files:
+            images.append(_read_image(file, mode, size))
+            labels.append(label)
+    pixels = np.stack(images).astype(np.float32) / 255.0  # (N, H, W[, C])
+    pixels = pixels[..., None] if pixels.ndim == 3 else pixels
+    return ImageSet(root.name, np.ascontiguousarray(pixels.transpose(0, 3, 1, 2)), np.asarray(labels, dtype=np.int64),
+                    tuple(p.name for p in class_dirs))
+
+
+def _read_image(file: Path, mode: str, size: int) -> np.ndarray:
+    # deferred: Pillow loads only when an image folder is read (digits need none)
+    from PIL import Image, UnidentifiedImageError
+
+    if not file.is_file() or file.suffix.lower() not in IMAGE_SUFFIXES:
+        raise TformerError(f"{file} is not a PNG or JPEG file; an image folder holds only images "
+                           f"({', '.join(IMAGE_SUFFIXES)}) in its class subfolders")
+    try:
+        with Image.open(file) as img:
+            img = img.convert(mode)
+            if img.size != (size, size):
+                img = img.resize((size, size), Image.BILINEAR)
+            return np.asarray(img, dtype=np.uint8)
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        raise TformerError(f"{file} cannot be read as an image ({type(exc).__name__}); replace or remove it") from None
+
+
+def fit_channels(images: ImageSet, channels: int, size: int) -> ImageSet:
+    """A fixed-size set (digits) for a model reading ``channels`` x ``size`` x ``size``: grey is repeated into RGB
+    (as a grey photo is); another size is refused, since upsampling an 8x8 scan adds nothing but cost."""
+    _, c, h, w = images.images.shape
+    if (h, w) != (size, size):
+        raise TformerError(f"{images.name} images are {h}x{w} pixels but the model reads {size}x{size}; "
+                           f"--set image_size={h} (with a patch_size that divides it, e.g. --set patch_size=2)")
+    if c == channels:
+        return images
+    if c != 1 or channels not in (3, 4):
+        raise TformerError(f"{images.name} images have {c} channel(s) and cannot become {channels}; "
+                           f"--set num_channels={c}")
+    pixels = np.repeat(images.images, 3, axis=1)
+    if channels == 4:
+        pixels = np.concatenate([pixels, np.ones_like(images.images)], axis=1)  # opaque alpha
+    return ImageSet(images.name, pixels, images.labels, images.classes)
+
+
+def load_images(data: str, channels: int, size: int) -> ImageSet:
+    """``digits`` (scikit-learn's 8x8 scans) or an image folder (``image_folder``), in the model's channels and size."""
+    if data == "digits":
+        return fit_channels(digits(), channels, size)
+    return image_folder(data, channels, size)

