@@ -184,6 +184,10 @@ def _train(args, out: Path, world, log, progress) -> int:
         raise TformerError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
     run_ = build_run(data, config, seq_len, args.seed, args.tokenizer, args.vocab_size, args.hf, args.max_pairs,
                      args.objective)
+    if run_.objective == "contrastive" and world.size > 1:
+        # Each process would score its images against its own texts only: fewer negatives, a different loss.
+        raise TformerError("contrastive training scores every image against every text of the batch, which one "
+                           "process holds here; train CLIP in a single process (drop torchrun)")
     # An image's tokens are fixed by the config; CLIP's text tower reads captions of text_len tokens.
     ledger_seq = getattr(run_.source, "text_len", run_.source.tokens_per_row)
     flops, peak = _flops_and_peak(run_.model.config, ledger_seq, args, device, log)
