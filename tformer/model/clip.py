@@ -32,11 +32,12 @@ class ContrastiveHead(nn.Module):
         self.text_proj = Linear.described(spec.text_proj)
 
 
-def contrastive_loss(logits_per_text: torch.Tensor) -> torch.Tensor:
-    """Symmetric cross-entropy of an (N, N) similarity whose diagonal holds the matching pairs."""
+def contrastive_loss(logits_per_text: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+    """Symmetric cross-entropy (fp32) of an (N, N) similarity whose diagonal holds the matching pairs."""
     target = torch.arange(logits_per_text.shape[0], device=logits_per_text.device)
     logits = logits_per_text.float()
-    return (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target)) / 2
+    return (F.cross_entropy(logits, target, label_smoothing=label_smoothing)
+            + F.cross_entropy(logits.T, target, label_smoothing=label_smoothing)) / 2
 
 
 class CLIPModel(TransformerModel):

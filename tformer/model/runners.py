@@ -32,6 +32,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.model.base import IGNORE_INDEX, TransformerModel
 from tformer.model.cache import KVCache, join_rows
+from tformer.model.clip import contrastive_loss
 from tformer.model.rnn import select_state
 
 
@@ -560,12 +561,10 @@ class ContrastiveRunner(Runner):
 
     def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
              stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
-        """The symmetric contrastive loss (tformer.model.clip.contrastive_loss); label_smoothing applies both ways."""
+        """The symmetric contrastive loss over the batch's N x N similarity; label_smoothing applies both ways."""
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
-        logits, target = out.logits_per_text.float(), batch.targets
-        return (F.cross_entropy(logits, target, label_smoothing=label_smoothing)
-                + F.cross_entropy(logits.T, target, label_smoothing=label_smoothing)) / 2
+        return contrastive_loss(out.logits_per_text, label_smoothing)
 
 
 RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner,
