@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tformer
+from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 
 VIT = dict(arch="vit", n_layers=1, d_model=36, n_heads=3, d_ff=52, image_size=12, patch_size=4, n_classes=7)
@@ -61,3 +62,9 @@ def test_clip_text_without_its_end_token_is_refused():
 
 def test_image_size_the_patches_do_not_divide_is_refused():
     one_line_error(lambda: tformer.ModelConfig(**{**VIT, "image_size": 14}), "does not divide image_size=14")
+
+
+@pytest.mark.parametrize("size, patch, near", [(8, 3, 2), (224, 15, 14), (224, 33, 32), (8, 9, 8)])
+def test_a_patch_that_does_not_divide_names_the_nearest_that_does(size, patch, near):
+    with pytest.raises(TformerError, match=rf"patch_size={patch} does not divide image_size={size} .*\(e\.g\. {near}\)"):
+        ModelConfig(arch="vit", image_size=size, patch_size=patch)

@@ -417,10 +417,9 @@ class ModelConfig:
             return
         size, patch = self.image_size or 224, self.patch_size or 16
         if patch > size or size % patch:
-            fits = [p for p in (4, 8, 14, 16, 32) if p <= size and size % p == 0]
+            near = min((p for p in range(1, size + 1) if size % p == 0), key=lambda p: abs(p - patch))  # 1 divides
             raise TformerError(f"patch_size={patch} does not divide image_size={size} into whole patches; "
-                               f"pick a patch size that divides it{' (e.g. ' + str(fits[-1]) + ')' if fits else ''} "
-                               "or resize the images")
+                               f"pick a patch size that divides it (e.g. {near}) or resize the images")
         if self.position != "learned":
             raise TformerError(f"arch='{self.arch}' places its patches with a learned table (position='learned'), "
                                f"not position='{self.position}'")
