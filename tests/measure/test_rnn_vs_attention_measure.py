@@ -42,7 +42,7 @@ def test_gradient_reach_is_the_norm_of_the_embedding_gradient():
     target = torch.tensor([3])
     emb = model.tok_embed(ids).detach().requires_grad_(True)
     h, _ = model.rnn(emb)
-    loss = torch.nn.functional.cross_entropy(model.head(h)[:, -1], target)
+    loss = torch.nn.functional.cross_entropy(model.lm_logits(h)[:, -1], target)
     (grad,) = torch.autograd.grad(loss, emb)
     expected = grad[0].norm(dim=-1).flip(0).tolist()
     assert M.gradient_reach(model, ids, target) == pytest.approx(expected, rel=1e-5)

@@ -14,105 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tformer.core.arch_traits import ARCH_FIELDS, ARCH_TRAITS, ARCHS, CLIP_LOGIT_SCALE, ArchTraits
 from tformer.core.attention_kinds import ATTN_IMPLS, ATTN_KINDS, AttnOptions
 from tformer.core.errors import TformerError
 from tformer.core.files import read_json
 from tformer.core.presets import PRESETS
 
 
-@dataclass(frozen=True)
-class ArchTraits:
-    """What an architecture has. Code outside model/ and cost/ asks these, never the arch's name,
-    so a new architecture is one row here (plus its model file and runner)."""
-
-    encoder: bool  # a bidirectional stack that reads the whole input
-    decoder: bool  # a causal stack that generates tokens
-    objective: str  # what it trains on: causal (next token), mlm (masked tokens), seq2seq (teacher forcing)
-    label: str  # what it is, for messages: "... is {label}"
-    # Phases a step can run, and the ones `tformer profile --phase all` and the report compare
-    # (where there is a prefill it stands for the plain forward pass).
-    phases: tuple[str, ...]
-    compared_phases: tuple[str, ...]
-    fields: frozenset[str] = frozenset()  # the architecture-specific config fields it accepts
-    recurrent: bool = False  # no attention: a recurrent layer (cell, d_hidden); heads and positions are not read
-    images: bool = False  # reads pixel values cut into patches (image_size, patch_size, num_channels)
-
-    @property
-    def seq2seq(self) -> bool:
-        """Reads a source and generates a target (the prompt is the source, not the decoder's prefix)."""
-        return self.encoder and self.decoder
-
-
-_IMAGE_FIELDS = frozenset({"image_size", "patch_size", "num_channels"})
 MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB; anything this big is not one
-_DECODING = ("forward", "train", "prefill", "decode")
-ARCH_TRAITS = {
-    "decoder": ArchTraits(encoder=False, decoder=True, objective="causal", label="a decoder-only model",
-                          phases=_DECODING, compared_phases=("train", "prefill", "decode")),
-    "encoder": ArchTraits(encoder=True, decoder=False, objective="mlm", label="an encoder-only model (no decoder)",
-                          phases=("forward", "train"), compared_phases=("train", "forward"),
-                          fields=frozenset({"type_vocab_size", "pooler", "lm_head", "embed_dim", "share_layers",
-                                            "pair_head"})),
-    "encoder-decoder": ArchTraits(encoder=True, decoder=True, objective="seq2seq", label="an encoder-decoder model",
-                                  phases=_DECODING, compared_phases=("train", "prefill", "decode"),
-                                  fields=frozenset({"n_decoder_layers"})),
-    "rnn": ArchTraits(encoder=False, decoder=True, objective="causal", label="a recurrent language model",
-                      phases=_DECODING, compared_phases=("train", "prefill", "decode"),
-                      fields=frozenset({"cell", "d_hidden", "rnn_teaching"}), recurrent=True),
-    "rnn-seq2seq": ArchTraits(encoder=True, decoder=True, objective="seq2seq",
-                              label="a recurrent encoder-decoder model", phases=_DECODING,
-                              compared_phases=("train", "prefill", "decode"),
-                              fields=frozenset({"cell", "d_hidden", "rnn_teaching", "rnn_attention", "bidirectional",
-                                                "rnn_input_feeding"}), recurrent=True),
-    # Dosovitskiy et al. 2020: an encoder over patches + [CLS]; the classifier reads the [CLS] state.
-    "vit": ArchTraits(encoder=True, decoder=False, objective="image-classification",
-                      label="a vision Transformer (it reads images, not text)", phases=("forward", "train"),
-                      compared_phases=("train", "forward"), images=True, fields=_IMAGE_FIELDS | {"n_classes", "patch_bias"}),
-    # Radford et al. 2021: a ViT and a causal text Transformer, each projected into one embedding space.
-    # The text tower reads the shared fields (d_model, n_layers, ...); the vision tower the vision_* ones.
-    "clip": ArchTraits(encoder=True, decoder=False, objective="contrastive",
-                       label="an image-text model (CLIP: two towers, one embedding space)", phases=("forward", "train"),
-                       compared_phases=("train", "forward"), images=True,
-                       fields=_IMAGE_FIELDS | {"vision_n_layers", "vision_d_model", "vision_n_heads", "vision_d_ff",
-                                               "projection_dim", "logit_scale_init"}),
-}
-ARCHS = tuple(ARCH_TRAITS)
-# Architecture-specific fields: (is it in use?, the error when the architecture does not accept it).
-ARCH_FIELDS = {
-    "n_decoder_layers": (lambda c: c.n_decoder_layers is not None,
-                         "n_decoder_layers only applies to arch='encoder-decoder'; use n_layers instead"),
-    "type_vocab_size": (lambda c: bool(c.type_vocab_size),
-                        "type_vocab_size (segment embeddings) only applies to arch='encoder'"),
-    "pooler": (lambda c: bool(c.pooler), "pooler only applies to arch='encoder'"),
-    "lm_head": (lambda c: not c.lm_head, "a {arch} model needs its LM head; lm_head=false is only for encoders"),
-    "embed_dim": (lambda c: c.embed_dim is not None,
-                  "embed_dim (ALBERT's factorised embedding) only applies to arch='encoder'; leave it unset"),
-    "share_layers": (lambda c: c.share_layers, "share_layers (ALBERT's one layer across depth) only applies to "
-                                               "arch='encoder'; set share_layers=false"),
-    "pair_head": (lambda c: c.pair_head, "pair_head (NSP/SOP classifier) only applies to arch='encoder'"),
-    "cell": (lambda c: c.cell is not None, "cell (lstm, gru, rnn) only applies to arch='rnn' and 'rnn-seq2seq'"),
-    "d_hidden": (lambda c: c.d_hidden is not None,
-                 "d_hidden (the recurrent state's width) only applies to arch='rnn' and 'rnn-seq2seq'"),
-    "rnn_teaching": (lambda c: c.rnn_teaching,
-                     "rnn_teaching (the written-out cells) only applies to arch='rnn' and 'rnn-seq2seq'"),
-    "rnn_attention": (lambda c: c.rnn_attention is not None,
-                      "rnn_attention (Bahdanau or Luong) only applies to arch='rnn-seq2seq'"),
-    "bidirectional": (lambda c: c.bidirectional, "bidirectional (the recurrent encoder read both ways) only applies "
-                                                 "to arch='rnn-seq2seq'"),
-    "rnn_input_feeding": (lambda c: c.rnn_input_feeding is not None,
-                          "rnn_input_feeding (Luong's) only applies to arch='rnn-seq2seq'"),
-    **{name: (lambda c, name=name: getattr(c, name) is not None,
-              f"{name} (the image input) only applies to arch='vit' and 'clip'")
-       for name in ("image_size", "patch_size", "num_channels")},
-    "n_classes": (lambda c: bool(c.n_classes), "n_classes (an image classifier's head) only applies to arch='vit'"),
-    "patch_bias": (lambda c: not c.patch_bias, "patch_bias=false only applies to arch='vit'"),
-    **{name: (lambda c, name=name: getattr(c, name) is not None, f"{name} (CLIP's vision tower) only applies to arch='clip'")
-       for name in ("vision_n_layers", "vision_d_model", "vision_n_heads", "vision_d_ff", "projection_dim")},
-    "logit_scale_init": (lambda c: c.logit_scale_init != CLIP_LOGIT_SCALE,
-                         "logit_scale_init (CLIP's learned temperature) only applies to arch='clip'"),
-}
-# CLIP's initial temperature, ln(1 / 0.07) as the released configs round it: logits = cosine / 0.07.
-CLIP_LOGIT_SCALE = 2.6592
 CELLS = ("lstm", "gru", "rnn")  # tformer.model.rnn: LSTM, GRU, Elman (tanh)
 # arch='rnn-seq2seq': how the decoder reads the encoder (tformer.model.rnn_seq2seq)
 RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "none")
@@ -121,6 +30,14 @@ NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu")  # quick_gelu: x * sigmoid(1.702 x) (CLIP)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")
+# Task heads in place of the LM head (tformer.model.task_heads), as Hugging Face's *ForSequenceClassification,
+# *ForTokenClassification and *ForQuestionAnswering; pooling: which vector a sequence classifier reads.
+TASKS = ("", "sequence-classification", "token-classification", "question-answering")
+POOLINGS = ("cls", "mean", "last")  # cls: the first token (through the pooler if any); last: the last real token
+# Weight-only quantization of every Linear and the LM head (tformer.model.quantized): int8 per output channel,
+# int4 in groups of quant_group inputs sharing a scale and zero point.
+QUANTIZATIONS = ("none", "int8", "int4")
+QUANT_GROUPS = (32, 64, 128, 256)
 
 # Shorthands for the feed-forward block, as papers and the oracles name it.
 MLP_SHORTHANDS = {
@@ -155,6 +72,8 @@ DERIVED = {
     "vision_n_heads": lambda c: c.n_heads if c.arch == "clip" else None,
     "vision_d_ff": lambda c: c.d_ff if c.arch == "clip" else None,
     "projection_dim": lambda c: c.d_model if c.arch == "clip" else None,
+    "pooling": lambda c: ("last" if c.traits.decoder else "cls") if c.task == "sequence-classification" else None,
+    "quant_group": lambda c: 32 if c.quantize == "int4" else None,
 }
 
 
@@ -245,6 +164,15 @@ class ModelConfig:
     projection_dim: int | None = None  # None = d_model
     logit_scale_init: float = CLIP_LOGIT_SCALE
 
+    # arch='encoder' and 'decoder': a task head replaces the LM head. sequence-classification reads one vector
+    # per sequence (pooling) into n_classes (1: regression); token-classification scores every token;
+    # question-answering scores each token as an answer span's start and end.
+    task: str = ""
+    pooling: str | None = None  # None = cls (encoder), last (decoder)
+    # Weight-only quantization; quant_group: int4's inputs per scale (None = 32; int8 has one scale per row).
+    quantize: str = "none"
+    quant_group: int | None = None
+
     dropout: float = 0.0
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
@@ -295,11 +223,7 @@ class ModelConfig:
     # Validation --------------------------------------------------------------------
     def validate(self) -> None:
         def choice(name: str, options: tuple[str, ...]) -> None:
-            value = getattr(self, name)
-            if value not in options:
-                hint = difflib.get_close_matches(str(value), options, n=1)
-                extra = f" (did you mean '{hint[0]}'?)" if hint else ""
-                raise TformerError(f"{name}='{value}' is unknown{extra}; choose one of: {', '.join(options)}")
+            _choice(name, getattr(self, name), options)
 
         choice("arch", ARCHS)
         choice("position", POSITIONS)
@@ -368,6 +292,8 @@ class ModelConfig:
         self._validate_attention()
         self._validate_rope_scaling()
         self._validate_images()
+        self._validate_task()
+        self._validate_quantize()
         for name, (in_use, message) in ARCH_FIELDS.items():
             if in_use(self) and name not in self.traits.fields:
                 raise TformerError(message.format(arch=self.arch))
@@ -428,6 +354,34 @@ class ModelConfig:
                                f"{self.vision_n_heads or self.n_heads}; pick a head count that divides it")
         if not 0 <= self.logit_scale_init < math.inf:
             raise TformerError(f"logit_scale_init must be a finite number of at least 0, got {self.logit_scale_init}")
+
+    def _validate_task(self) -> None:
+        choice = _choice
+        choice("task", self.task, TASKS)
+        if self.pooling is not None:
+            choice("pooling", self.pooling, POOLINGS)
+            if self.task != "sequence-classification":
+                raise TformerError("pooling only applies to task='sequence-classification'; drop it or set the task")
+        if self.task in ("sequence-classification", "token-classification") and self.n_classes < 1:
+            raise TformerError(f"task='{self.task}' needs its number of classes; set n_classes (e.g. --set n_classes=2; "
+                               "1 = regression)")
+        if self.task == "question-answering" and self.n_classes not in (0, 2):
+            raise TformerError(f"task='question-answering' scores a start and an end per token (2 outputs), not "
+                               f"n_classes={self.n_classes}; drop n_classes")
+        if self.n_classes and not self.task and self.arch in ("encoder", "decoder"):
+            raise TformerError("n_classes sizes a task head; set task='sequence-classification' or "
+                               "'token-classification' with it")
+
+    def _validate_quantize(self) -> None:
+        _choice("quantize", self.quantize, QUANTIZATIONS)
+        if self.quant_group is None:
+            return
+        if self.quantize != "int4":
+            raise TformerError(f"quant_group sizes int4's groups; quantize='{self.quantize}' has none "
+                               "(int8 keeps one scale per output row): drop quant_group or set quantize=int4")
+        if self.quant_group not in QUANT_GROUPS:
+            raise TformerError(f"quant_group={self.quant_group} is not a supported int4 group size; choose one of: "
+                               f"{', '.join(map(str, QUANT_GROUPS))}")
 
     @property
     def image_tokens(self) -> int:
@@ -570,6 +524,14 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
         if not isinstance(value, str):
             raise TformerError(f"{name} must be a string, got {value!r}")
     return value
+
+
+def _choice(name: str, value: Any, options: tuple[str, ...]) -> None:
+    if value not in options:
+        hint = difflib.get_close_matches(str(value), [o for o in options if o], n=1)
+        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise TformerError(f"{name}='{value}' is unknown{extra}; choose one of: "
+                           f"{', '.join(repr(o) if not o else o for o in options)}")
 
 
 def _whole(name: str, value: Any, low: int) -> None:

@@ -334,8 +334,12 @@ class Architecture:
     mlm_head: MLMHead | None = None
     lm_head: LMHead | None = None
     pair_head: Linear | None = None  # the pooler's output -> 2 classes (NSP, SOP)
-    classifier: Linear | None = None  # vit: the [CLS] state -> n_classes
+    classifier: Linear | None = None  # vit: the [CLS] state -> n_classes; a task head (below): its output layer
     contrastive: Contrastive | None = None  # clip: projections, similarity, temperature
+    # A task head in place of the LM head (config.task): sequence-classification reads one pooled vector per
+    # sequence; token-classification and question-answering (2 outputs: start, end) read every token.
+    task: str = ""
+    pooling: str | None = None  # sequence-classification: cls | mean | last
 
     def stack(self, name: str) -> Stack:
         for st in self.stacks:
@@ -349,9 +353,13 @@ class Architecture:
         masked-token head gives the loss (the pooler's output is returned, but nothing scores it).
         They run forward, get no gradient and no optimizer state. A pair head (NSP / SOP) is there to be
         trained: its loss (mlm+nsp, mlm+sop) reaches the pooler and the head, so nothing is skipped."""
-        if self.pooler is None or self.mlm_head is None or self.pair_head is not None:
+        if self.pooler is None or self.pair_head is not None:
             return ()
-        return (self.pooler.path.split(".")[0] + ".",) + ((self.pair_head.path,) if self.pair_head is not None else ())
+        if self.task:  # a task head reads the pooler only when it classifies the pooled first token
+            reads = self.task == "sequence-classification" and self.pooling == "cls"
+        else:
+            reads = self.mlm_head is None  # features only: the pooler's output is what the model gives
+        return () if reads else (self.pooler.path.split(".")[0] + ".",)
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
         """Every parameter once (a tied weight under its first owner), in the model's registration order."""
@@ -374,21 +382,22 @@ def describe(config) -> Architecture:
     tok = Table("tok_embed", (c.vocab_size, c.d_model))
     if c.arch == "decoder":
         return Architecture(c.arch, tok, None, (_stack(c, "decoder", c.n_layers, (tok,), causal=True),),
-                            lm_head=_lm_head(c))
+                            lm_head=None if c.task else _lm_head(c), **_task_head(c, bias=False))
     if c.arch == "encoder":
         d, e = c.d_model, c.embed_dim or c.d_model  # e: the tables' width (ALBERT's E)
         tok = Table("tok_embed", (c.vocab_size, e))
         segments = Table("type_embed", (c.type_vocab_size, e)) if c.type_vocab_size else None
         tables = (tok, segments) if segments else (tok,)
         mlm = None
-        if c.lm_head:  # ALBERT's head maps back to E, where the tied token table lives
+        if c.lm_head and not c.task:  # ALBERT's head maps back to E, where the tied token table lives
             mlm = MLMHead("mlm_head", Linear("mlm_head.dense", "lm_head", d, e, c.bias), c.activation,
                           _norm(c, "mlm_head.norm", e),
                           Linear("mlm_head.decoder", "lm_head", e, c.vocab_size, c.bias, tied=c.tied_embeddings))
         pooler = Linear("pooler.dense", "pooler", d, d, c.bias) if c.pooler else None
         pair = Linear("pair_head", "pooler", d, 2, c.bias) if c.pair_head else None
         stack = _stack(c, "encoder", c.n_layers, tables, causal=False, width=c.embed_dim, shared=c.share_layers)
-        return Architecture(c.arch, tok, segments, (stack,), pooler=pooler, mlm_head=mlm, pair_head=pair)
+        return Architecture(c.arch, tok, segments, (stack,), pooler=pooler, mlm_head=mlm, pair_head=pair,
+                            **_task_head(c, bias=True))
     if c.arch == "encoder-decoder":
         stacks = (_stack(c, "encoder", c.n_layers, (tok,), causal=False),
                   _stack(c, "decoder", c.n_decoder_layers, (tok,), causal=True, cross=True))
@@ -408,6 +417,16 @@ def describe(config) -> Architecture:
                            Linear("head.text_proj", "projection", c.d_model, c.projection_dim, False))
         return Architecture(c.arch, tok, None, stacks, contrastive=head)
     raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
+
+
+def _task_head(c, bias: bool) -> dict:
+    """The task head's fields of Architecture: one Linear "head" over the last stack's width, with a bias as
+    BERT's classifier and qa_outputs have and none as GPT-2's and LLaMA's score."""
+    if not c.task:
+        return {}
+    outputs = 2 if c.task == "question-answering" else c.n_classes
+    return {"classifier": Linear("head", "classifier", c.d_model, outputs, bias), "task": c.task,
+            "pooling": c.pooling}
 
 
 def _norm(c, path: str, d: int | None = None) -> Norm:

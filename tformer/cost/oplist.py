@@ -381,10 +381,29 @@ class OpListBuilder:
             if arch.lm_head.logits_bias:
                 op.other_flops += rows * op.dims.n  # BART's logits bias (a buffer, not a parameter)
             self.loss(op)
-        if arch.classifier:  # ViT: the [CLS] state of each image -> classes
-            self.loss(self.linear(arch.classifier, None, "", B))
+        if arch.classifier:
+            self.task_head(arch, rows)
         if arch.contrastive:
             self.contrastive(arch.contrastive)
+
+    def task_head(self, arch: Architecture, rows: int) -> None:
+        """The classifier on one vector per sequence (a ViT's [CLS]; a sequence classifier's pooled vector: a
+        masked mean costs one add per element and the division) or on every token (token classification; question
+        answering's start and end scores, each then a cross-entropy over the sequence's T positions)."""
+        B, d = self.w.batch, self.c.d_model
+        if arch.task in ("token-classification", "question-answering"):
+            op = self.linear(arch.classifier, None, "", rows)
+        else:
+            if arch.pooling == "mean":
+                self.elementwise(arch.classifier.path + ".pool", "activation", None, "", rows * d, 1,
+                                 saved=0, shapes=f"mean over the tokens of [{B}, {rows // max(B, 1)}, {d}]")
+            op = self.linear(arch.classifier, None, "", B)
+        if arch.task != "question-answering":
+            self.loss(op)
+            return
+        T = rows // max(B, 1)
+        self.cross_entropy("loss.start", B, T)
+        self.cross_entropy("loss.end", B, T)
 
     def contrastive(self, head: Contrastive) -> None:
         """CLIP over a batch of N = B image-text pairs: both pooled vectors projected (N rows each), L2-normalised,
@@ -411,9 +430,13 @@ class OpListBuilder:
 
     def loss(self, logits: Op, name: str = "loss") -> None:
         """Cross-entropy over the logits ``logits`` writes (training only)."""
+        self.cross_entropy(name, logits.dims.m, logits.dims.n)
+
+    def cross_entropy(self, name: str, rows: int, V: int) -> None:
+        """Cross-entropy over ``rows`` rows of ``V`` logits each (training only)."""
         if not self.train:
             return
-        rows, V, a = logits.dims.m, logits.dims.n, self.a
+        a = self.a
         self.add(Op(name=name, kind="loss", layer=None, phase="forward", stack="",
                     shapes=f"cross-entropy over [{rows}, {V}]", other_flops=rows * V * O.CROSS_ENTROPY_FLOPS_PER_LOGIT,
                     bytes_read=rows * V * a + rows * INDEX_BYTES, bytes_written=LOSS_BYTES,

@@ -34,6 +34,9 @@ class ModelOutput:
     text_embeds: torch.Tensor | None = None  # (N_texts, projection_dim)
     logits_per_image: torch.Tensor | None = None  # (N_images, N_texts)
     logits_per_text: torch.Tensor | None = None  # (N_texts, N_images)
+    # question answering (task head): each token's score as the answer's first and last token
+    start_logits: torch.Tensor | None = None  # (B, T)
+    end_logits: torch.Tensor | None = None  # (B, T)
 
     def __getitem__(self, key: str):
         return getattr(self, key)

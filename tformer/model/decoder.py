@@ -14,6 +14,7 @@ from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
 from tformer.model.linear import Linear
+from tformer.model.task_heads import task_outputs
 
 
 class DecoderLM(TransformerModel):
@@ -21,14 +22,18 @@ class DecoderLM(TransformerModel):
         super().__init__(config)
         arch = describe(config)
         self.decoder = Stack(config, arch.stack("decoder"))
-        self.lm_head = Linear.described(arch.lm_head.linear)
-        self.tie_weights()
+        if arch.task:  # a task head (tformer.model.task_heads) in place of the LM head; no dropout before it (HF)
+            self.head_dropout = torch.nn.Identity()
+            self.head = Linear.described(arch.classifier)
+        else:
+            self.lm_head = Linear.described(arch.lm_head.linear)
+            self.tie_weights()
 
     def new_cache(self, max_length: int | None = None) -> KVCache:
         """Sliding-window attention gets a rolling cache: memory capped at the window, whatever the length."""
         return KVCache(self.config.n_layers, max_length, window=rolling_positions(self.config))
 
-    def head(self, h: torch.Tensor) -> torch.Tensor:
+    def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final hidden states (..., d_model) -> next-token logits (..., vocab)."""
         return self.lm_head(h)
 
@@ -39,18 +44,24 @@ class DecoderLM(TransformerModel):
         position_ids: torch.Tensor | None = None,  # (B, T); default past..past+T-1
         past_key_values: KVCache | None = None,
         use_cache: bool = False,
-        labels: torch.Tensor | None = None,  # (B, T); shifted inside, -100 = ignore
+        labels: torch.Tensor | None = None,  # (B, T); shifted inside, -100 = ignore (a task head: its labels)
         output_attentions: bool = False,
         logits_to_keep: int = 0,  # > 0: logits for the last n positions only (generation); 0 = all
         prefix_length: torch.Tensor | None = None,  # (B,) prefix LM: each row's first n tokens see each other
+        start_positions: torch.Tensor | None = None,  # (B,) question answering: the answer's first token
+        end_positions: torch.Tensor | None = None,  # (B,) ... and its last
     ) -> ModelOutput:
         cache = past_key_values if past_key_values is not None else (self.new_cache() if use_cache else None)
         h = self.embed(input_ids)
         h, attentions, _ = self.decoder(h, attention_mask, position_ids, cache=cache, need_weights=output_attentions,
                                         prefix_length=prefix_length)
+        if self.config.task:
+            return ModelOutput(last_hidden_state=h, attentions=attentions if output_attentions else None,
+                               **task_outputs(self, h, None, input_ids, attention_mask, labels, start_positions,
+                                              end_positions))
         # Generation needs only the last position's logits; the head over a long prompt would
         # otherwise cost T x d_model x vocab multiply-adds for numbers that are thrown away.
-        logits = self.head(h[:, -logits_to_keep:] if logits_to_keep else h)
+        logits = self.lm_logits(h[:, -logits_to_keep:] if logits_to_keep else h)
         return ModelOutput(
             logits=logits,
             last_hidden_state=h,

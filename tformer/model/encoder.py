@@ -21,6 +21,7 @@ from tformer.model.blocks import Stack
 from tformer.model.feedforward import ACTIVATIONS
 from tformer.model.linear import Linear
 from tformer.model.norm import make_norm
+from tformer.model.task_heads import task_outputs
 
 
 class Pooler(nn.Module):
@@ -61,6 +62,9 @@ class EncoderModel(TransformerModel):
         if self.mlm_head is not None and arch.mlm_head.decoder.tied:
             self.mlm_head.decoder.weight = self.tok_embed.weight
         self.pair_head = Linear.described(arch.pair_head) if arch.pair_head else None
+        if arch.task:  # a task head (tformer.model.task_heads) in place of the MLM head
+            self.head_dropout = nn.Dropout(config.dropout)
+            self.head = Linear.described(arch.classifier)
 
     def forward(
         self,
@@ -69,8 +73,10 @@ class EncoderModel(TransformerModel):
         token_type_ids: torch.Tensor | None = None,  # (B, T) segment ids
         position_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,  # (B, T) original ids at masked positions, -100 elsewhere
-        output_attentions: bool = False,
+        output_attentions: bool = False,                 # (a task head: its labels, tformer.model.task_heads)
         pair_labels: torch.Tensor | None = None,  # (B,) NSP / SOP class of each row; needs the pair head
+        start_positions: torch.Tensor | None = None,  # (B,) question answering: the answer's first token
+        end_positions: torch.Tensor | None = None,  # (B,) ... and its last
     ) -> ModelOutput:
         h = self.embed(input_ids)
         if position_ids is None and self.config.position_offset and self.config.pad_token_id is not None:
@@ -80,6 +86,11 @@ class EncoderModel(TransformerModel):
                 token_type_ids = torch.zeros_like(input_ids)
             h = h + self.type_embed(token_type_ids)
         h, attentions, _ = self.encoder(h, attention_mask, position_ids, need_weights=output_attentions)
+        if self.config.task:
+            pooled = self.pooler(h) if self.pooler is not None else None
+            return ModelOutput(last_hidden_state=h, pooler_output=pooled, attentions=attentions if output_attentions
+                               else None, **task_outputs(self, h, pooled, input_ids, attention_mask, labels,
+                                                         start_positions, end_positions))
         logits = self.mlm_head(h) if self.mlm_head is not None else None
         loss = None
         if labels is not None:

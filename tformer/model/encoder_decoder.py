@@ -50,9 +50,9 @@ class EncoderDecoderModel(TransformerModel):
             self.embed(decoder_input_ids), decoder_attention_mask, position_ids,
             memory=memory, memory_mask=memory_mask, cache=cache, need_weights=output_attentions,
         )
-        return self.head(h[:, -logits_to_keep:] if logits_to_keep else h), h, self_w, cross_w
+        return self.lm_logits(h[:, -logits_to_keep:] if logits_to_keep else h), h, self_w, cross_w
 
-    def head(self, h: torch.Tensor) -> torch.Tensor:
+    def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
         """The decoder's final hidden states (..., d_model) -> logits (..., vocab): T5 rescales before its
         tied head, BART adds its logits bias."""
         h = h * self.config.d_model**-0.5 if self.config.rescale_tied_head else h

@@ -25,7 +25,7 @@ class RecurrentLM(TransformerModel):
                              teaching=c.rnn_teaching)
         self.add_lm_head(arch)
 
-    def head(self, h: torch.Tensor) -> torch.Tensor:
+    def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.lm_head(h)
 
     def forward(
@@ -44,7 +44,7 @@ class RecurrentLM(TransformerModel):
             h, state = self.rnn(x, state)
         else:
             h, state = self._masked(x, attention_mask.bool(), state)
-        logits = self.head(h[:, -logits_to_keep:] if logits_to_keep else h)
+        logits = self.lm_logits(h[:, -logits_to_keep:] if logits_to_keep else h)
         return ModelOutput(
             logits=logits, last_hidden_state=h,
             loss=lm_loss(logits, labels, shift=True) if labels is not None else None,

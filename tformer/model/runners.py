@@ -29,61 +29,12 @@ import torch
 import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
-from tformer.cost.architecture import describe
-from tformer.model.base import IGNORE_INDEX, TransformerModel
-from tformer.model.cache import KVCache, join_rows
+from tformer.model.base import TransformerModel
+from tformer.model.cache import join_rows
 from tformer.model.clip import contrastive_loss
 from tformer.model.rnn import select_state
-
-
-@dataclass
-class Batch:
-    """One batch as the training sources produce it."""
-
-    inputs: dict[str, torch.Tensor]  # keyword arguments of the model's forward
-    targets: torch.Tensor  # (B, T) token ids; -100 = not scored
-    pair_targets: torch.Tensor | None = None  # (B,) NSP / SOP class of each row (the pair head's target)
-
-    def shard(self, rank: int, world: int) -> "Batch":
-        """This rank's rows of a global batch (rows are split evenly, in order)."""
-        if world == 1:
-            return self
-        rows = self.targets.shape[0] // world
-        part = slice(rank * rows, (rank + 1) * rows)
-        pair = self.pair_targets[part] if self.pair_targets is not None else None
-        return Batch({k: v[part] for k, v in self.inputs.items()}, self.targets[part], pair)
-
-    def to(self, device) -> "Batch":
-        pair = self.pair_targets.to(device) if self.pair_targets is not None else None
-        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device), pair)
-
-
-def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Each real token's index among its row's real tokens; padding gets 0 (it is masked anyway)."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-@dataclass
-class Cache:
-    """What generation has read so far; each runner's record adds its own fields."""
-
-    rows: int  # N: sequences (beams count)
-    kv: KVCache | None  # None: no KV cache, each step reruns every token read so far
-    ids: torch.Tensor | None = None  # (N, t) tokens read so far; kept only without a KV cache
-    static: object | None = None  # a compiled runner's fixed-shape step inputs (tformer.model.compiled)
-    compile_seconds: float = 0.0  # time spent compiling the step for this cache's shapes (0: eager, or reused)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of KV cache in use (0 without one)."""
-        return self.kv.nbytes if self.kv is not None else 0
-
-    def _keep(self, index: torch.Tensor) -> None:
-        if self.ids is not None:
-            self.ids = self.ids[index]
-        if self.kv is not None:
-            self.kv.reorder(index)
-        self.rows = index.numel()
+from tformer.model.runner_base import Batch, Cache, Runner, positions_from_mask
+from tformer.model.task_heads import TaskRunner
 
 
 @dataclass
@@ -96,167 +47,6 @@ class DecoderCache(Cache):
 class Seq2SeqCache(Cache):
     memory: torch.Tensor | None = None  # (N, S, d_model) the encoder's output
     source_mask: torch.Tensor | None = None  # (N, S) 1 = real token; None when no source is padded
-
-
-class Runner:
-    """Training and profiling for every architecture; the generating ones add prefill and step."""
-
-    def __init__(self, model: TransformerModel):
-        self.model, self.config = model, model.config
-
-    # What it can do (from the config's ArchTraits) ------------------------------------------------
-    @property
-    def generates(self) -> bool:
-        return self.config.traits.decoder
-
-    @property
-    def takes_source(self) -> bool:
-        """Seq2seq: the prompt is a source for the encoder, and the decoder starts from start tokens."""
-        return self.config.traits.seq2seq
-
-    @property
-    def objective(self) -> str:
-        return self.config.traits.objective
-
-    @property
-    def phases(self) -> tuple[str, ...]:
-        return self.config.traits.phases
-
-    @property
-    def label(self) -> str:
-        return self.config.traits.label
-
-    accuracy_metric = "pair_accuracy"  # what loss(accuracy_counts=) counts: NSP/SOP answers; "accuracy": top classes
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    @property
-    def loss_skips(self) -> tuple[str, ...]:
-        """Name prefixes of the parameters the training loss never reaches (they get no gradient), as
-        the ledger's architecture description says (BERT's pooler under the masked-token loss)."""
-        return describe(self.config).loss_skips
-
-    # Training and plain forward passes ---------------------------------------------------------
-    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
-        """The batch a training source would give for these (B, T) token ids, each predicting
-        itself (for timing and tests, not learning). ``decoder_ids``: a seq2seq model's target."""
-        return Batch({"input_ids": ids}, ids)
-
-    def forward(self, batch: Batch, module=None):
-        """The model's output on ``batch`` (ModelOutput). ``module``: the model wrapped for training
-        (DDP, torch.compile), called in its place."""
-        return (module if module is not None else self.model)(**batch.inputs)
-
-    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
-        """Mean cross-entropy (nats) of the logits against ``batch.targets`` over scored positions; with
-        ``batch.pair_targets`` (NSP / SOP) plus the pair head's mean cross-entropy, as BertForPreTraining's
-        total loss.
-
-        autocast: a context entered around the forward pass only; the loss is computed in fp32.
-        stand_in: a model with no head (an encoder without lm_head) scores nothing; return the sum
-        of its outputs instead, so a backward pass can still be run and timed.
-        accuracy_counts: a list to which [correct, rows] of the predictions ``accuracy_metric`` names is appended.
-        """
-        with autocast if autocast is not None else contextlib.nullcontext():
-            out = self.forward(batch, module)
-        logits = out.logits
-        if logits is None:
-            if not stand_in:
-                raise TformerError("this model has no LM head, so there is nothing to score; "
-                                   "build it with lm_head=true to train it")
-            t = out.pooler_output if out.pooler_output is not None else out.last_hidden_state
-            return t.float().sum()
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
-        if self.accuracy_metric == "accuracy" and accuracy_counts is not None:
-            accuracy_counts.append([int((logits.argmax(-1) == batch.targets).sum()), len(batch.targets)])
-        if batch.pair_targets is None:
-            return loss
-        if out.pair_logits is None:
-            raise TformerError("this batch has sentence-pair labels but the model has no pair head; "
-                               "build it with pooler=true and pair_head=true")
-        pair = out.pair_logits.float()
-        if accuracy_counts is not None:
-            accuracy_counts.append([int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets)])
-        return loss + F.cross_entropy(pair, batch.pair_targets)
-
-    # Generation: only the runners of models with a decoder implement these ----------------------
-    def _no_decoder(self):
-        return TformerError(f"this checkpoint is {self.label}; it cannot generate text. "
-                            "Use a decoder or encoder-decoder checkpoint")
-
-    def new_cache(self, rows: int, max_len: int | None = None, kv: bool = True) -> Cache:
-        """An empty cache for ``rows`` sequences. max_len: pre-allocate that many positions and
-        write in place (static layout); None: grow by concatenation. kv=False: no KV cache."""
-        raise self._no_decoder()
-
-    def prefill(self, cache: Cache, ids: torch.Tensor, mask: torch.Tensor | None = None, *,
-                source: torch.Tensor | None = None, source_mask: torch.Tensor | None = None,
-                all_logits: bool = False) -> torch.Tensor | None:
-        """Read the prompt into an empty ``cache``; return the next-token logits (N, V), or with
-        ``all_logits`` every position's (N, t, V); None when ``ids`` has no tokens."""
-        raise self._no_decoder()
-
-    def step(self, cache: Cache, tokens: torch.Tensor) -> torch.Tensor:
-        """Read one new token per row, (N,); return the logits for the next position, (N, V)."""
-        raise self._no_decoder()
-
-    def reorder(self, cache: Cache, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (N',) of the cache, in that order (beam search)."""
-        cache._keep(index)
-
-    def expand(self, cache: Cache, index: torch.Tensor) -> None:
-        """Repeat each input's rows for its beams; unlike reorder, per-input state follows too."""
-        self.reorder(cache, index)
-
-    def rewind(self, cache: Cache, n: int) -> None:
-        """Forget the last ``n`` tokens read: the next step reads at that position again."""
-        if n <= 0:
-            return
-        if cache.kv is not None:
-            cache.kv.rewind(n)
-        if cache.ids is not None:
-            cache.ids = cache.ids[:, :-n]
-
-    # Continuous batching: sequences that started apart share one batch ----------------------------
-    def can_join(self, cache: Cache) -> bool:
-        """Whether ``join`` can take this cache's rows into a batch of others (a serving loop that cannot
-        falls back to admitting a new group only when the batch has emptied)."""
-        return False
-
-    def join(self, a: Cache, b: Cache) -> Cache:
-        """One cache with the rows of ``a`` then those of ``b``, which may have read different numbers of
-        tokens; a step then advances all of them at once."""
-        raise TformerError(f"{self.label} sequences cannot join a running batch; serve them one group at a time")
-
-    def select(self, cache: Cache, index: torch.Tensor) -> None:
-        """Keep rows ``index`` with everything each row carries (a seq2seq row's memory too): sequences
-        leaving a serving batch. Beam search's ``reorder`` moves only what differs between one input's beams."""
-        self.expand(cache, index)
-
-    def compact(self, cache: Cache) -> None:
-        """Drop what no row needs any more (left padding after the longer rows have left)."""
-
-    def _check_rows(self, cache: Cache, ids: torch.Tensor) -> None:
-        if ids.dim() != 2 or ids.shape[0] != cache.rows:
-            raise TformerError(f"the cache was made for {cache.rows} rows; got ids of shape {tuple(ids.shape)}")
-
-    def _check_prompt(self, cache: Cache, ids: torch.Tensor, source, what: str) -> None:
-        """A model that continues its own prompt: no source, and ids with the cache's rows."""
-        if source is not None:
-            raise TformerError(f"{what} reads no source; give the prompt as its ids")
-        self._check_rows(cache, ids)
-
-    def _check_start(self, cache: Cache, ids: torch.Tensor, mask, source) -> None:
-        """A model that reads a source: one is given, and the decoder's start tokens are unpadded."""
-        if source is None:
-            raise TformerError("an encoder-decoder model needs a source to read; pass source=")
-        if mask is not None:
-            raise TformerError("the decoder's start tokens are never padded; pass no mask for them")
-        self._check_rows(cache, ids)
 
 
 class EncoderRunner(Runner):
@@ -576,6 +366,8 @@ def runner_for(model) -> Runner:
     """The runner of ``model`` (any tformer model)."""
     if not isinstance(model, TransformerModel):
         raise TformerError(f"a runner needs a tformer model, got {type(model).__name__}")
+    if model.config.task:  # a task head in place of the LM head: trained on labels, generates nothing
+        return TaskRunner(model)
     return RUNNERS[model.config.arch](model)
 
 

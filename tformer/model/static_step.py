@@ -125,7 +125,7 @@ def static_step(model, stack, tokens, slot, positions, keep, self_kv, cross_kv=N
                         cross_kv[i] if cross_kv is not None else None, cross_bias)
     if stack.final_norm is not None:
         h = stack.final_norm(h)
-    return model.head(h)[:, -1]
+    return model.lm_logits(h)[:, -1]
 
 
 __all__ = ["check_static_step", "self_attention_bias", "static_step"]
