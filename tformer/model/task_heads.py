@@ -134,16 +134,15 @@ class TaskRunner(Runner):
             else {"labels": t}
         with autocast if autocast is not None else contextlib.nullcontext():
             out = (module if module is not None else self.model)(**batch.inputs, **extra)
-        if accuracy_counts is not None:
+        if accuracy_counts is not None and not (self.config.task == "sequence-classification"
+                                                and self.config.n_classes == 1):  # regression: no right answers
             accuracy_counts.append(self.correct(out, t))
         return out.loss.float()
 
     def correct(self, out, targets: torch.Tensor) -> list[int]:
-        """[correct, scored] of the predictions in ``out`` against ``targets`` (regression: none counted)."""
+        """[correct, scored] of the predictions in ``out`` against ``targets`` (a classifier's, or an answer's)."""
         if self.config.task == "question-answering":
             hit = (out.start_logits.argmax(-1) == targets[:, 0]) & (out.end_logits.argmax(-1) == targets[:, 1])
             return [int(hit.sum()), len(targets)]
-        if out.logits.shape[-1] == 1:
-            return [0, 0]
         scored = targets != IGNORE_INDEX
         return [int(((out.logits.argmax(-1) == targets) & scored).sum()), int(scored.sum())]
