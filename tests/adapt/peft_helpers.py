@@ -24,13 +24,15 @@ def hf_bert(seq_cls: bool = True, seed: int = 0):
     return model
 
 
-def hf_gpt2(seed: int = 0):
+def hf_gpt2(seed: int = 0, lm: bool = False):
+    """A GPT2ForSequenceClassification, or (``lm``) a GPT2LMHeadModel."""
     import transformers
 
     config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=15, n_layer=2, n_head=3, n_positions=40, num_labels=CLASSES,
-                                     pad_token_id=0)
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=1)
     torch.manual_seed(seed)
-    model = transformers.GPT2ForSequenceClassification._from_config(config, attn_implementation="eager").eval()
+    cls = transformers.GPT2LMHeadModel if lm else transformers.GPT2ForSequenceClassification
+    model = cls._from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
@@ -40,6 +42,9 @@ def hf_gpt2(seed: int = 0):
 def tformer_twin(hf_model, folder):
     """The tformer model equal to ``hf_model``: its body saved by transformers and read by tformer.load_hf, the
     task head (classifier / score) copied over."""
+    if hasattr(hf_model, "lm_head"):
+        hf_model.save_pretrained(folder)
+        return tformer.load_hf(folder).eval()
     body = hf_model.bert if hasattr(hf_model, "bert") else getattr(hf_model, "transformer", hf_model)
     body.save_pretrained(folder)
     loaded = tformer.load_hf(folder)
