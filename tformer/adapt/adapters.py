@@ -38,22 +38,20 @@ class BottleneckAdapter(nn.Module):
 
 def add_adapters(model: nn.Module, bottleneck: int) -> list[str]:
     """An adapter after each block's attention output and feed-forward output (in place); their paths."""
+    places = [(f"{name}.{rel}", block, block.get_submodule(rel)) for name, block in model.named_modules()
+              if isinstance(block, Block) for rel in ADAPTED]
+    for path, _, linear in places:  # all checked before any is added: a refusal leaves the model as it was
+        if hasattr(linear, "adapter"):
+            raise TformerError(f"'{path}' already has an adapter; apply adapters once per model")
+        if bottleneck > linear.out_features:
+            raise TformerError(f"adapter bottleneck {bottleneck} is wider than the model's width {linear.out_features}; "
+                               f"choose at most {linear.out_features}")
     added = []
-    for name, block in model.named_modules():
-        if not isinstance(block, Block):
-            continue
-        for rel in ADAPTED:
-            linear = block.get_submodule(rel)
-            if hasattr(linear, "adapter"):
-                raise TformerError(f"'{name}.{rel}' already has an adapter; apply adapters once per model")
-            d = linear.out_features
-            if bottleneck > d:
-                raise TformerError(f"adapter bottleneck {bottleneck} is wider than the model's width {d}; "
-                                   f"choose at most {d}")
-            adapter = BottleneckAdapter(d, bottleneck, block.mlp.act, linear.weight)
-            linear.add_module("adapter", adapter)
-            linear.register_forward_hook(adapter.after)
-            added.append(f"{name}.{rel}.adapter")
+    for path, block, linear in places:
+        adapter = BottleneckAdapter(linear.out_features, bottleneck, block.mlp.act, linear.weight)
+        linear.add_module("adapter", adapter)
+        linear.register_forward_hook(adapter.after)
+        added.append(f"{path}.adapter")
     if not added:
         raise TformerError(f"{type(model).__name__} has no Transformer blocks to put adapters in; "
                            "adapters are for encoder and decoder models")

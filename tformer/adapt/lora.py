@@ -11,17 +11,14 @@ Targets are matched as peft's ``target_modules``: a name matches a module whose 
 
 from __future__ import annotations
 
-import difflib
 import math
-import re
 
 import torch
 from torch import nn
 
 from tformer.core.errors import TformerError
+from tformer.cost.peft import match_paths
 from tformer.model.linear import Linear, linear
-
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]+")
 
 
 class LoraLinear(Linear):
@@ -78,59 +75,31 @@ class LoraLinear(Linear):
 
 
 def match_targets(model: nn.Module, targets: tuple[str, ...] | list[str] | str) -> list[str]:
-    """Paths of the modules ``targets`` names (peft's target_modules rules); every name must match a Linear."""
+    """Paths of the modules ``targets`` names (peft's target_modules rules); every match must be a Linear."""
     paths = [name for name, _ in model.named_modules() if name]
-    if isinstance(targets, str):
-        targets = (targets,)
-    if len(targets) == 1 and not _PLAIN_NAME.fullmatch(targets[0]):
-        try:
-            pattern = re.compile(targets[0])
-        except re.error as exc:
-            raise TformerError(f"LoRA target {targets[0]!r} is not a valid regular expression ({exc}); "
-                               "name modules (q_proj,v_proj) or fix the expression") from None
-        found = [p for p in paths if pattern.fullmatch(p)]
-        if not found:
-            raise TformerError(f"LoRA target expression {targets[0]!r} matches no module path; paths look like "
-                               f"{_examples(paths)}")
-    else:
-        found = []
-        for target in targets:
-            hits = [p for p in paths if p == target or p.endswith("." + target)]
-            if not hits:
-                raise TformerError(f"LoRA target '{target}' matches no module; closest module names: "
-                                   f"{_closest(target, paths)}")
-            found += [p for p in hits if p not in found]
+    found = match_paths(paths, targets)
     modules = dict(model.named_modules())
     for path in found:
         if not isinstance(modules[path], nn.Linear):
             raise TformerError(f"LoRA target '{path}' is a {type(modules[path]).__name__}, not a Linear; "
                                "target linear layers (e.g. q_proj, v_proj, up, down)")
-    return sorted(found, key=paths.index)
-
-
-def _closest(target: str, paths: list[str]) -> str:
-    names = sorted({p.rsplit(".", 1)[-1] for p in paths} | set(paths))
-    close = difflib.get_close_matches(target, names, n=4, cutoff=0.3)
-    return ", ".join(close) if close else _examples(paths)
-
-
-def _examples(paths: list[str]) -> str:
-    names = sorted({p.rsplit(".", 1)[-1] for p in paths if not p.rsplit(".", 1)[-1].isdigit()})
-    return ", ".join(names[:8])
+    return found
 
 
 def add_lora(model: nn.Module, paths: list[str], rank: int, alpha: float, dropout: float) -> list[str]:
-    """Replace each Linear at ``paths`` by a LoraLinear around it (in place); returns ``paths``."""
-    for path in paths:
-        parent_path, _, name = path.rpartition(".")
-        parent = model.get_submodule(parent_path) if parent_path else model
-        base = getattr(parent, name)
+    """Replace each Linear at ``paths`` by a LoraLinear around it (in place; every path checked first, so a refusal
+    leaves the model as it was); returns ``paths``."""
+    bases = {path: model.get_submodule(path) for path in paths}
+    for path, base in bases.items():
         if isinstance(base, LoraLinear):
             raise TformerError(f"'{path}' already has LoRA; apply LoRA once per model")
         limit = min(base.in_features, base.out_features)
         if not 1 <= rank <= limit:
             raise TformerError(f"LoRA rank {rank} does not fit '{path}' ({base.out_features} x {base.in_features}); "
                                f"choose a rank from 1 to {limit}")
+    for path, base in bases.items():
+        parent_path, _, name = path.rpartition(".")
+        parent = model.get_submodule(parent_path) if parent_path else model
         setattr(parent, name, LoraLinear(base, rank, alpha, dropout))
     return paths
 

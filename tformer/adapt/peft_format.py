@@ -10,7 +10,8 @@ peft counterpart, so those targets are refused in this format (o_proj, up and do
 
 Prompt and prefix tuning: PROMPT_TUNING / PREFIX_TUNING (no projection), ``prompt_embeddings`` plus the head
 (``base_model.classifier.weight``). Methods peft has no format for (adapter, bitfit, head, full) are written in the
-same two files with peft_type "TFORMER": the trainable tensors under tformer's names and the PeftSpec.
+same two files with peft_type "TFORMER": the trainable tensors under tformer's names and the PeftSpec; so is any
+method on a model with no Hugging Face counterpart (hf_family refuses it), which peft could not load anyway.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ LORA_ROOT, PROMPT_ROOT = "base_model.model.", "base_model."  # where peft puts t
 # Names --------------------------------------------------------------------------------
 def _model_type(model: nn.Module) -> str:
     return hf_family(model.config)[0]
+
+
+def _has_hf_family(model: nn.Module) -> bool:
+    """Whether peft could hold this model's adapter: its base must have a Hugging Face counterpart."""
+    try:
+        _model_type(model)
+    except TformerError:
+        return False
+    return True
 
 
 def _body_prefix(model: nn.Module, keys=None) -> str:
@@ -111,9 +121,9 @@ def save_adapter(model: nn.Module, spec: PeftSpec, out_dir) -> Path:
     c = model.config
     base = {"base_model_name_or_path": c.name or None, "inference_mode": True, "revision": None,
             "task_type": TASK_TYPES.get(c.task, "CAUSAL_LM" if c.arch == "decoder" else "FEATURE_EXTRACTION")}
-    if spec.method == "lora":
+    if spec.method == "lora" and _has_hf_family(model):
         config, tensors = _lora_files(model, spec)
-    elif spec.method in ("prompt", "prefix"):
+    elif spec.method in ("prompt", "prefix") and _has_hf_family(model):
         config, tensors = _prompt_files(model, spec)
     else:
         config = {"peft_type": "TFORMER", "tformer_spec": spec.to_dict()}
