@@ -28,8 +28,8 @@ def hf_gpt2(seed: int = 0, lm: bool = False):
     """A GPT2ForSequenceClassification, or (``lm``) a GPT2LMHeadModel."""
     import transformers
 
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=15, n_layer=2, n_head=3, n_positions=40, num_labels=CLASSES,
-                                     pad_token_id=0, bos_token_id=1, eos_token_id=1)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_embd=15, n_layer=2, n_head=3, n_positions=40,
+                                     num_labels=CLASSES, pad_token_id=0, bos_token_id=1, eos_token_id=1)
     torch.manual_seed(seed)
     cls = transformers.GPT2LMHeadModel if lm else transformers.GPT2ForSequenceClassification
     model = cls._from_config(config, attn_implementation="eager").eval()
@@ -53,7 +53,7 @@ def tformer_twin(hf_model, folder):
         return loaded.eval()
     config = loaded.config.replace(task="sequence-classification", n_classes=CLASSES)
     model = build(config)
-    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    missing, _ = model.load_state_dict(loaded.state_dict(), strict=False)
     assert set(missing) <= {"head.weight", "head.bias"}, missing
     with torch.no_grad():
         model.head.weight.copy_(head.weight)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft_helpers import hf_bert, hf_gpt2, ids_and_mask, tformer_twin
 
 from tformer.adapt.lora import LoraLinear
 from tformer.adapt.peft import apply_peft, merge_peft, trainable_parameters, unmerge_peft
 from tformer.adapt.peft_format import load_adapter, save_adapter
 from tformer.core.peft import PeftSpec
-
-from peft_helpers import hf_bert, hf_gpt2, ids_and_mask, tformer_twin
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
@@ -136,7 +135,8 @@ def test_lora_names_counts_and_initial_output(tmp_path):
     apply_peft(ours, PeftSpec("lora", rank=4, alpha=8.0, targets=("q_proj", "v_proj")))
     added = set(ours.state_dict()) - names_before
     assert names_before <= set(ours.state_dict())  # the base keeps its names
-    assert added == {f"encoder.layers.{i}.attn.{x}_proj.lora_{ab}.weight" for i in range(2) for x in "qv" for ab in "AB"}
+    assert added == {f"encoder.layers.{i}.attn.{x}_proj.lora_{ab}.weight"
+                     for i in range(2) for x in "qv" for ab in "AB"}
     d, head = 18, 18 * 3 + 3
     assert trainable_parameters(ours) == 2 * 2 * (4 * d + d * 4) + head
     assert isinstance(ours.encoder.layers[1].attn.v_proj, LoraLinear)

@@ -139,3 +139,20 @@ def test_model_without_hf_counterpart_saves_in_tformer_format(tmp_path):
     ids = torch.randint(0, 37, (1, 5))
     with torch.no_grad():
         assert torch.equal(fresh.eval()(ids).logits, model.eval()(ids).logits)
+
+
+def test_damaged_weights_and_unsupported_lora_options(tmp_path):
+    model = _model()
+    spec = PeftSpec("lora", rank=2)
+    apply_peft(model, spec)
+    save_adapter(model, spec, tmp_path / "a")
+    config_path = tmp_path / "a" / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps(config | {"use_dora": True}))
+    with pytest.raises(TformerError, match="sets use_dora=True, which tformer's LoRA does not run"):
+        load_adapter(_model(), tmp_path / "a")
+    config_path.write_text(json.dumps(config))
+    (tmp_path / "a" / "adapter_model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(TformerError) as e:
+        load_adapter(_model(), tmp_path / "a")
+    _one_line(e)

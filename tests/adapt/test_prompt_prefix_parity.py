@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peft_helpers import hf_bert, hf_gpt2, ids_and_mask, tformer_twin
 
 from tformer.adapt.peft import apply_peft, trainable_parameters
 from tformer.adapt.peft_format import load_adapter, save_adapter
 from tformer.core.peft import PeftSpec
 from tformer.model.cache import KVCache
-
-from peft_helpers import hf_bert, hf_gpt2, ids_and_mask, tformer_twin
 
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")

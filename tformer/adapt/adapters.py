@@ -44,8 +44,9 @@ def add_adapters(model: nn.Module, bottleneck: int) -> list[str]:
         if hasattr(linear, "adapter"):
             raise TformerError(f"'{path}' already has an adapter; apply adapters once per model")
         if bottleneck > linear.out_features:
-            raise TformerError(f"adapter bottleneck {bottleneck} is wider than the model's width {linear.out_features}; "
-                               f"choose at most {linear.out_features}")
+            width = linear.out_features
+            raise TformerError(f"adapter bottleneck {bottleneck} is wider than the model's width {width}; "
+                               f"choose at most {width}")
     added = []
     for path, block, linear in places:
         adapter = BottleneckAdapter(linear.out_features, bottleneck, block.mlp.act, linear.weight)

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from tformer.adapt.lora import lora_modules
-from tformer.adapt.peft import HEAD_PREFIX, apply_peft
+from tformer.adapt.peft import apply_peft
 from tformer.adapt.prompts import PREFIX_NAME, PROMPT_NAME
 from tformer.core.atomic import atomic_files
 from tformer.core.errors import TformerError
@@ -200,7 +200,11 @@ def load_adapter(model: nn.Module, adapter_dir) -> PeftSpec:
         raise TformerError(f"{folder / CONFIG}: peft_type {kind!r} is not supported; tformer loads "
                            f"{', '.join(PEFT_TYPES)}")
     read_safetensors_header(folder / WEIGHTS, "adapter weights", fix="save or download the adapter again")
-    tensors = load_file(str(folder / WEIGHTS), device="cpu")  # safetensors: plain tensors, nothing unpickled
+    try:
+        tensors = load_file(str(folder / WEIGHTS), device="cpu")  # safetensors: plain tensors, nothing unpickled
+    except Exception as exc:  # safetensors raises its own error types for a damaged file
+        raise TformerError(f"cannot read {folder / WEIGHTS}: {str(exc).splitlines()[0] if str(exc) else exc!r}; "
+                           "save or download the adapter again") from None
     if kind == "LORA":
         spec, ours = _lora_plan(model, config, tensors)
     elif kind == "TFORMER":
@@ -226,8 +230,8 @@ def load_adapter(model: nn.Module, adapter_dir) -> PeftSpec:
 
 
 def _lora_plan(model: nn.Module, config: dict, tensors: dict) -> tuple[PeftSpec, dict]:
-    for key, bad in (("use_dora", True), ("use_rslora", True), ("layers_to_transform", None)):
-        if config.get(key, bad if key == "layers_to_transform" else False) not in (False, None):
+    for key in ("use_dora", "use_rslora", "layers_to_transform", "lora_bias", "target_parameters"):
+        if config.get(key) not in (False, None, []):
             raise TformerError(f"this LoRA adapter sets {key}={config[key]!r}, which tformer's LoRA does not run; "
                                "use a plain LoRA adapter")
     if config.get("bias", "none") != "none" or config.get("rank_pattern") or config.get("alpha_pattern"):
@@ -250,8 +254,8 @@ def _lora_plan(model: nn.Module, config: dict, tensors: dict) -> tuple[PeftSpec,
         elif module == names.get("head"):
             ours[f"head.{leaf}"] = (LORA_ROOT + key, t)
         else:
-            raise TformerError(f"adapter tensor {LORA_ROOT + key!r} names no module of this {_model_type(model)} model; "
-                               "the adapter was made for another base model")
+            raise TformerError(f"adapter tensor {LORA_ROOT + key!r} names no module of this {_model_type(model)} "
+                               "model; the adapter was made for another base model")
     return spec, ours
 
 

@@ -28,7 +28,6 @@ from tformer.core.peft import PeftSpec
 from tformer.cost.architecture import Architecture, describe
 from tformer.cost.ledger import ledger
 from tformer.cost.memory import optimizer_bytes_per_param
-from tformer.cost.ops import linear_params
 from tformer.cost.workload import ACTIVATION_BYTES, Workload
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.]+")
