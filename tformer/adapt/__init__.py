@@ -5,5 +5,9 @@ Sits above interop (it reads Hugging Face and peft names) and below measure, tea
 """
 
 from tformer.adapt.peft import apply_peft, trainable_parameters
+from tformer.adapt.peft import merge_peft, unmerge_peft
+from tformer.adapt.peft_format import load_adapter, save_adapter
 
 __all__ = ["apply_peft", "trainable_parameters"]
+__all__ += ["merge_peft", "unmerge_peft"]
+__all__ += ["load_adapter", "save_adapter"]

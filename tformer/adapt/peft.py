@@ -1,13 +1,17 @@
 """Fine-tuning methods on a tformer model (tformer.core.peft.PeftSpec says which and how big).
 
 ``apply_peft(model, spec)`` freezes what the method does not train and adds the method's modules, in place, as
-peft's get_peft_model does; the task head (``head.*``) always trains.
+peft's get_peft_model does; the task head (``head.*``) always trains. ``merge_peft`` folds LoRA's updates into
+the base weights (inference at the base model's cost) and ``unmerge_peft`` restores them exactly.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
+from tformer.adapt.adapters import add_adapters
+from tformer.adapt.lora import add_lora, lora_modules, match_targets
+from tformer.adapt.prompts import add_prefix, add_prompt
 from tformer.core.errors import TformerError
 from tformer.core.peft import PeftSpec
 
@@ -24,9 +28,40 @@ def apply_peft(model: nn.Module, spec: PeftSpec) -> nn.Module:
         for name, p in model.named_parameters():
             p.requires_grad_(name.startswith(HEAD_PREFIX) or (spec.method == "bitfit" and name.endswith(".bias")))
         return model
-    raise TformerError(f"fine-tuning method '{spec.method}' is not built yet")
+    # The added modules are the only trainable ones besides the head: freeze first, then add.
+    frozen = {name: p for name, p in model.named_parameters()}
+    if spec.method == "lora":
+        add_lora(model, match_targets(model, spec.targets), spec.rank, spec.alpha, spec.dropout)
+    elif spec.method == "adapter":
+        add_adapters(model, spec.bottleneck)
+    elif spec.method == "prompt":
+        add_prompt(model, spec.virtual_tokens)
+    elif spec.method == "prefix":
+        add_prefix(model, spec.virtual_tokens)
+    else:
+        raise TformerError(f"fine-tuning method '{spec.method}' is not built")
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith(HEAD_PREFIX) or frozen.get(name) is not p)
+    return model
+
+
+def merge_peft(model: nn.Module) -> nn.Module:
+    """Fold every LoRA update into its base weight (W + (alpha / r) B A); other methods have nothing to fold."""
+    for module in lora_modules(model).values():
+        module.merge()
+    return model
+
+
+def unmerge_peft(model: nn.Module) -> nn.Module:
+    """Undo merge_peft: the base weights exactly as they were."""
+    for module in lora_modules(model).values():
+        module.unmerge()
+    return model
 
 
 def trainable_parameters(model: nn.Module) -> int:
     """Parameters that take a gradient (each shared tensor once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+__all__ = ["HEAD_PREFIX", "apply_peft", "merge_peft", "trainable_parameters", "unmerge_peft"]
