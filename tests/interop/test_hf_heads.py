@@ -207,6 +207,7 @@ def test_head_class_tformer_cannot_hold_is_named(tmp_path, cls, model_type):
      "regression"),
     ({"architectures": ["BertForSequenceClassification"], "id2label": {"0": "x"},
       "problem_type": "single_label_classification"}, "num_labels=1"),
+    ({"architectures": ["BertForTokenClassification"], "num_labels": 1}, "number of classes"),
 ])
 def test_head_configs_tformer_cannot_reproduce(tmp_path, change, words):
     d = {k: v for k, v in _bert().to_dict().items() if k not in ("id2label", "label2id")} | change
@@ -221,6 +222,12 @@ def test_head_configs_tformer_cannot_reproduce(tmp_path, change, words):
 def test_save_refuses_a_bert_head_hf_cannot_hold(changes, words):
     config = tformer.preset("bert-base").replace(**changes)
     with pytest.raises(TformerError, match=words):
+        config_to_hf(config)
+
+
+def test_save_refuses_per_token_regression():
+    config = tformer.preset("bert-base").replace(task="token-classification", n_classes=1)
+    with pytest.raises(TformerError, match="per-token regression"):
         config_to_hf(config)
 
 

@@ -65,6 +65,9 @@ def head_fields(d: dict) -> dict:
             raise TformerError(f"{name} with num_labels={labels}: tformer's answer head scores a start and an end "
                                "(num_labels=2)")
         labels = 0  # tformer's default: a question-answering head always has its 2 outputs
+    elif task == "token-classification" and labels == 1:
+        raise TformerError(f"{name} with num_labels=1 scores one class (its loss is always 0); tformer reads one "
+                           "output per token as regression: set num_labels to the number of classes")
     elif problem == "regression" and labels != 1:
         raise TformerError(f"{name} with problem_type='regression' over {labels} outputs: tformer regresses one "
                            "value (num_labels=1); more outputs with float labels are multi-label (BCE)")
@@ -87,6 +90,9 @@ def head_class_for(config, model_type: str) -> str:
     else:
         raise TformerError(f"a {model_type} model with task='{config.task}' has no Hugging Face class tformer can "
                            f"write; supported: {_supported()}")
+    if config.task == "token-classification" and config.n_classes == 1:
+        raise TformerError(f"{name} has no per-token regression (one label is one class, cross-entropy); "
+                           "keep tformer's own checkpoint format for n_classes=1")
     if config.task == "sequence-classification":
         if config.pooling != _POOLING[model_type]:
             raise TformerError(f"{name} pools '{_POOLING[model_type]}', not pooling='{config.pooling}'; save with "
