@@ -47,8 +47,8 @@ def head_class(d: dict) -> str | None:
                                    "config.json is inconsistent")
             return name
         if name.endswith(_TASK_SUFFIXES):
-            raise TformerError(f"{name} is a task head tformer cannot hold (its head is not one Linear over the "
-                               f"states tformer's task heads read); supported: {_supported()}")
+            raise TformerError(f"{name} is a task head tformer does not read or write (tformer's heads are one "
+                               f"Linear as these classes have it); supported: {_supported()}")
     return None
 
 
