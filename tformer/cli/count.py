@@ -2,6 +2,7 @@
 --hardware the roofline time of every op."""
 
 import json
+import math
 
 from tformer.cli._cost_common import (
     add_layout_arguments,
@@ -143,6 +144,18 @@ def _print_recurrent(con, rec: dict) -> None:
                   f"{rec['encoder_sequential_steps_per_layer']:,} sequential steps per layer")
 
 
+def task_head_line(lg) -> str:
+    """What the task head is: the task, what it reads and its Linear (in place of the LM head)."""
+    c, head = lg.config, lg.architecture.classifier
+    reads = {"token-classification": "every token", "question-answering": "every token (a start and an end score)",
+             "sequence-classification": f"one vector per sequence, {c.pooling} pooling"
+                                         + (" through the pooler" if c.pooling == "cls" and c.pooler else "")}
+    kind = " (regression)" if c.task == "sequence-classification" and c.n_classes == 1 else ""
+    params = sum(math.prod(shape) for shape in head.parameters().values())
+    return (f"  task head: {c.task}{kind} on {reads[c.task]}: Linear {head.d_in} -> {head.d_out}"
+            f"{'' if head.bias else ' (no bias)'}, {params:,} parameters, in place of the LM head")
+
+
 def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     from rich.table import Table  # deferred: --json output never loads rich
 
@@ -157,6 +170,8 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
               + (f" · {w.optimizer}" if w.training else ""))
     if c.traits.images:
         print_image_header(con, lg)
+    if getattr(c, "task", ""):
+        con.print(task_head_line(lg))
 
     p = lg.params
     t = Table(title="Parameters (every tensor once; tied embeddings once)")

@@ -27,6 +27,7 @@ from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
 from tformer.interop.hf_encoders import (
     ENCODER_EMBEDDING, ENCODER_FAMILIES, ENCODER_PREFIX, encoder_heads, segment_fill,
 )
+from tformer.interop.hf_heads import task_rules
 from tformer.interop.hf_rules import Alias, Rule
 from tformer.interop.hf_rules import attention_rules as _attention
 from tformer.interop.hf_rules import linear_rules as _linear
@@ -144,6 +145,12 @@ _EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.
               "mistral": ("embed_tokens.weight", "lm_head.weight"),
               "bart": ("shared.weight", "lm_head.weight"), "t5": ("shared.weight", "lm_head.weight"),
               **ENCODER_EMBEDDING}
+
+
+def family_rules(config, model_type: str, prefix: str) -> tuple[list[Rule], list[Alias]]:
+    """The weight-name table of ``config``: its family's, with a task head in place of the LM head."""
+    rules, aliases = FAMILIES[model_type](config, prefix)
+    return task_rules(config, model_type, rules, aliases)
 
 
 # Reading files ------------------------------------------------------------------------
@@ -329,7 +336,7 @@ def _to_hf(rule: Rule, tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def convert_from_hf(sd: dict[str, torch.Tensor], config, model_type: str, prefix: str, expected: dict):
     """Checkpoint tensors -> our state dict. ``expected``: our name -> shape. Raises naming bad keys."""
-    rules, aliases = FAMILIES[model_type](config, prefix)
+    rules, aliases = family_rules(config, model_type, prefix)
     sd = dict(sd)
     for alias in aliases:
         if alias.hf in sd and alias.main not in sd:
@@ -427,9 +434,9 @@ def save_hf(model, path) -> Path:
     hf_config["torch_dtype"] = str(dtype).removeprefix("torch.")
 
     # The canonical task-class layout: GPT2LMHeadModel, BertForMaskedLM ("bert.") or BertModel (bare) ...
-    bare = (model_type in ENCODER_FAMILIES and not config.lm_head) or is_bare(config, model_type)
+    bare = not config.task and ((model_type in ENCODER_FAMILIES and not config.lm_head) or is_bare(config, model_type))
     prefix = "" if bare else BODY_PREFIX[model_type]
-    rules, _ = FAMILIES[model_type](config, prefix)
+    rules, _ = family_rules(config, model_type, prefix)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     if model_type == "bart" and "final_logits_bias" not in state:
         state["final_logits_bias"] = torch.zeros(1, config.vocab_size, dtype=dtype)

@@ -19,6 +19,7 @@ from tformer.interop.hf_fields import activation as _activation
 from tformer.interop.hf_fields import dropouts as _dropouts
 from tformer.interop.hf_fields import refuse as _refuse
 from tformer.interop.hf_fields import token_id as _token_id
+from tformer.interop.hf_heads import head_config_out, head_fields, head_from_file
 from tformer.interop.hf_vision import VISION_FROM_WEIGHTS, VISION_HF_FAMILIES, VISION_READERS, VISION_WRITERS
 
 SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
@@ -44,7 +45,7 @@ def config_from_hf(d: dict) -> ModelConfig:
             f"Hugging Face model_type '{model_type}' is not supported; supported: {', '.join(SUPPORTED)}"
         )
     try:
-        fields = _READERS[model_type](d)
+        fields = _READERS[model_type](d) | head_fields(d)
     except KeyError as exc:
         raise TformerError(f"{model_type} config.json lacks the required key {exc}; is the file complete?") from None
     fields["name"] = d.get("_name_or_path") or f"hf-{model_type}"
@@ -456,10 +457,14 @@ def config_to_hf(config: ModelConfig) -> dict:
     ids = dict(pad_token_id=c.pad_token_id, bos_token_id=c.bos_token_id, eos_token_id=c.eos_token_id)
     d = {**_WRITERS[model_type](c), **ids}
     d = {"architectures": [architecture], "model_type": model_type, **d}
+    if c.task:  # a task head: its class (BertForSequenceClassification, ...) and its labels
+        d.update(head_config_out(c, model_type))
+        architecture = d["architectures"][0]
 
     back = config_from_hf(d)
     if model_type in _FROM_WEIGHTS:
         back = _FROM_WEIGHTS[model_type](back, c)
+    back = head_from_file(back, c)
     differ = [f for f in c.to_dict() if f not in _IGNORED]
     differ = [f for f in differ if getattr(back, f) != getattr(c, f)]
     if differ:

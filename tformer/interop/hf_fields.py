@@ -56,3 +56,8 @@ def dropouts(model_type: str, **values: float) -> dict[str, float]:
                           f"using {max(rates)}", stacklevel=3)
         out[ours] = max(rates) if rates else 0.0
     return out
+
+
+def labels_out(n: int) -> dict:
+    """id2label / label2id for ``n`` classes, as save_pretrained writes them (num_labels is read off id2label)."""
+    return dict(id2label={str(i): f"LABEL_{i}" for i in range(n)}, label2id={f"LABEL_{i}": i for i in range(n)})

@@ -16,7 +16,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tformer.interop.hf_fields import ACTIVATION_OUT, VISION_ACTIVATIONS, activation, dropouts, refuse, token_id
+from tformer.interop.hf_fields import (
+    ACTIVATION_OUT, VISION_ACTIVATIONS, activation, dropouts, labels_out, refuse, token_id,
+)
 from tformer.interop.hf_rules import Rule, attention_rules, linear_rules, norm_rules
 
 
@@ -91,8 +93,7 @@ def vit_to_hf(c) -> dict:
                qkv_bias=True, encoder_stride=c.patch_size, hidden_dropout_prob=c.dropout,
                attention_probs_dropout_prob=c.attention_dropout)
     if c.n_classes:
-        out.update(id2label={str(i): f"LABEL_{i}" for i in range(c.n_classes)},
-                   label2id={f"LABEL_{i}": i for i in range(c.n_classes)})
+        out.update(labels_out(c.n_classes))
     return out
 
 

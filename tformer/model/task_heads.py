@@ -31,21 +31,25 @@ def pool(h: torch.Tensor, pooling: str, attention_mask: torch.Tensor | None, inp
     """One vector per sequence from the states ``h`` (B, T, d) -> (B, d). ``pooled``: the pooler's output (cls)."""
     if pooling == "cls":
         return pooled if pooled is not None else h[:, 0]
-    real = _real_tokens(attention_mask, input_ids, pad_token_id, h)
     if pooling == "mean":
-        weights = real.to(h.dtype)[..., None]  # (B, T, 1)
+        weights = _real_tokens(attention_mask, input_ids, pad_token_id, h).to(h.dtype)[..., None]  # (B, T, 1)
         return (h * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
-    # last: the rightmost real token (right padding: before the pads; left padding: the last column)
+    # last: the rightmost real token (right padding: before the pads; left padding: the last column). Real as
+    # GPT2ForSequenceClassification reads it: an id that is not pad_token_id, whatever the mask says (a model
+    # whose pad id is its end-of-text id pools the token before a trailing one), else the mask.
+    real = _real_tokens(attention_mask, input_ids, pad_token_id, h, ids_first=True)
     index = (torch.arange(h.shape[1], device=h.device) * real).argmax(-1)
     return h[torch.arange(h.shape[0], device=h.device), index]
 
 
-def _real_tokens(attention_mask, input_ids, pad_token_id, h) -> torch.Tensor:
-    """(B, T) 1 where a token is real: the mask, else the ids that are not padding, else every token."""
+def _real_tokens(attention_mask, input_ids, pad_token_id, h, ids_first: bool = False) -> torch.Tensor:
+    """(B, T) 1 where a token is real: the mask, else the ids that are not padding (``ids_first``: the ids
+    before the mask), else every token."""
+    by_ids = input_ids is not None and pad_token_id is not None
+    if by_ids and (ids_first or attention_mask is None):
+        return input_ids.ne(pad_token_id).long()
     if attention_mask is not None:
         return attention_mask[:, -h.shape[1]:].long()
-    if input_ids is not None and pad_token_id is not None:
-        return input_ids.ne(pad_token_id).long()
     return torch.ones(h.shape[:2], dtype=torch.long, device=h.device)
 
 
