@@ -6,6 +6,8 @@ Sits above interop (it reads Hugging Face and peft names) and below measure, tea
 
 from tformer.adapt.peft import apply_peft, trainable_parameters
 from tformer.adapt.distill import DistillRunner, distillation_loss, student_from_teacher
+from tformer.adapt.prune import importance, magnitude_prune, prune_structured
 
 __all__ = ["apply_peft", "trainable_parameters"]
 __all__ += ["DistillRunner", "distillation_loss", "student_from_teacher"]
+__all__ += ["importance", "magnitude_prune", "prune_structured"]
