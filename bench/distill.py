@@ -1,7 +1,7 @@
 """Distillation, measured: a 2-layer student of a 4-layer char-level Shakespeare teacher, trained three ways for
 the same steps, so that what the copied layers give and what the teacher's soft targets give are told apart.
 
-    python bench/distill.py              # about 6-8 minutes on 2 cores (the teacher is cached for the next run)
+    python bench/distill.py              # 12 minutes measured on 2 shared, busy cores (teacher 7 of them; cached after)
     python bench/distill.py --quick      # about 1-2 minutes: the mechanics, too few steps to rank the students
     python bench/distill.py --threads 1  # steadier on a machine other work is using
 
