@@ -93,9 +93,10 @@ class Trainer:
 
     def __init__(self, model, source, args: TrainArgs, flops_per_step: float | None = None,
                  peak_flops: float | None = None, sampler: Callable | None = None, log: Callable = print,
-                 progress=None):
+                 progress=None, runner=None):
         args.validate()
         # progress: a tformer.train.progress.TrainProgress (rank 0 draws it); None = plain lines only.
+        # runner: the model's runner with another training loss (tformer.adapt.distill.DistillRunner); None = its own.
         self.args, self.source, self.log, self.progress = args, source, log, progress
         self.world = dist_util.world()
         if args.batch_size % (args.grad_accum * self.world.size):
@@ -106,7 +107,7 @@ class Trainer:
         self.micro_rows = args.batch_size // args.grad_accum  # rows of one global micro-batch
         self.device = torch.device(args.device)
         self.model = model.to(self.device)
-        self.runner = runner_for(self.model)
+        self.runner = runner if runner is not None else runner_for(self.model)
         self.precision = _resolve_precision(args.precision, self.device, log)
         if args.activation_checkpointing:
             enable_activation_checkpointing(self.model)
