@@ -65,7 +65,8 @@ def add_arguments(p) -> None:
         if field.name not in NOT_OFFERED:
             default = RUN_DEFAULTS.get(field.name, field.default)
             kind = float if field.default is None else type(field.default)  # None: an optional number of seconds
-            r.add_argument("--" + field.name.replace("_", "-"), type=kind, help=f"default {_shown(field.name, default)}")
+            flag = "--" + field.name.replace("_", "-")
+            r.add_argument(flag, type=kind, help=f"default {_shown(field.name, default)}")
     r.add_argument("--no-progress", action="store_true", help="plain log lines even on a terminal")
     r.add_argument("--json", action="store_true", help="print the result (test accuracy, ...) as JSON on stdout")
 
