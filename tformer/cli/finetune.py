@@ -37,7 +37,7 @@ def add_arguments(p) -> None:
     from tformer.train.setup import RESUME_MAY_CHANGE
 
     m = p.add_argument_group("model")
-    m.add_argument("--from", dest="from_", help="all-minilm-l6-v2 (default; packaged real weights) | a preset | a "
+    m.add_argument("--from", dest="from_", metavar="MODEL", help="all-minilm-l6-v2 (default; packaged real weights) | a preset | a "
                                                 "tformer run folder | a Hugging Face model folder")
     m.add_argument("--task", help="sequence-classification (default)")
     m.add_argument("--pooling", help="cls | mean | last (default: mean for all-minilm-l6-v2, as sentence-transformers "
