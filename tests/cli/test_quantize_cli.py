@@ -20,7 +20,8 @@ from tformer.train.checkpoint import save_weights
 
 def _run_dir(tmp_path, **overrides):
     torch.manual_seed(0)
-    config = preset("char-small").replace(**{**dict(n_layers=2, d_model=64, n_heads=4, d_ff=128, vocab_size=8), **overrides})
+    sizes = dict(n_layers=2, d_model=64, n_heads=4, d_ff=128, vocab_size=8)
+    config = preset("char-small").replace(**{**sizes, **overrides})
     model = build(config).eval()
     run = tmp_path / "run"
     save_weights(model, run)
@@ -88,5 +89,5 @@ def test_an_rnn_checkpoint_is_refused(tmp_path, capsys):
 
 
 def test_training_a_quantized_model_is_refused(tmp_path, capsys):
-    _fails(capsys, ["train", "--preset", "char-small", "--set", "quantize=int8", "--max-steps", 1, "--out", tmp_path / "t"],
-           "for inference, not training")
+    argv = ["train", "--preset", "char-small", "--set", "quantize=int8", "--max-steps", 1, "--out", tmp_path / "t"]
+    _fails(capsys, argv, "for inference, not training")
