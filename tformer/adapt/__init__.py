@@ -5,5 +5,7 @@ Sits above interop (it reads Hugging Face and peft names) and below measure, tea
 """
 
 from tformer.adapt.peft import apply_peft, trainable_parameters
+from tformer.adapt.quantize import dynamic_int8, quantize_model
 
 __all__ = ["apply_peft", "trainable_parameters"]
+__all__ += ["dynamic_int8", "quantize_model"]
