@@ -143,3 +143,28 @@ def test_describe_needs_no_torch():
             "describe(preset('llama-70b')); from tformer.cost.ledger import ledger; ledger(preset('t5-small')); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# Weight-only quantization (config.quantize): the quantized Linears' weights are buffers, so the described
+# parameters are the float ones left (biases, norms, tables), and the quantized buffers are described apart.
+QUANT_CASES = [
+    ("gpt2-int8", preset("gpt2", n_layers=2, d_model=64, n_heads=4, d_ff=96, vocab_size=40, max_positions=24,
+                         quantize="int8")),
+    ("llama-int4", preset("llama-7b", n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128, vocab_size=40,
+                          max_positions=24, quantize="int4", quant_group=32)),
+    ("t5-int4-g64", preset("t5-small", n_layers=1, n_decoder_layers=2, d_model=64, n_heads=4, head_dim=16, d_ff=128,
+                           vocab_size=40, quantize="int4", quant_group=64)),
+]
+
+
+@pytest.mark.parametrize("name,config", QUANT_CASES, ids=[n for n, _ in QUANT_CASES])
+def test_description_of_a_quantized_model(name, config):
+    from tformer.cost.quantized import architecture_buffers
+
+    test_description_is_the_models_parameters(name, config)
+    model = build(config, device="meta")
+    described = {n: (shape, dtype) for n, (shape, dtype, _) in architecture_buffers(describe(config)).items()}
+    theirs = {n: (tuple(b.shape), str(b.dtype).removeprefix("torch.")) for n, b in model.named_buffers()
+              if n in described}
+    assert described and theirs == described
+    assert "lm_head.weight" in described  # a tied head becomes its own quantized weight

@@ -374,6 +374,9 @@ class ModelConfig:
 
     def _validate_quantize(self) -> None:
         _choice("quantize", self.quantize, QUANTIZATIONS)
+        if self.quantize != "none" and self.traits.recurrent:
+            raise TformerError(f"quantize={self.quantize} covers a Transformer's Linears; {self.traits.label} keeps "
+                               "its recurrent weights in fused cells: keep it in float (quantize=none)")
         if self.quant_group is None:
             return
         if self.quantize != "int4":

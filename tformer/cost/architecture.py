@@ -11,15 +11,17 @@ Plain data: no torch, no costs. Shapes follow PyTorch: a Linear's weight is (out
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from tformer.core.config import QUANT_GROUPS
 from tformer.core.errors import TformerError
 from tformer.cost.recurrent import GATES
 
 
 @dataclass(frozen=True)
 class Linear:
-    """y = x W^T (+ b): one nn.Linear. ``tied``: W is the token table's (the module owns only its bias)."""
+    """y = x W^T (+ b): one nn.Linear. ``tied``: W is the token table's (the module owns only its bias).
+    ``bits`` 8 | 4: W is weight-only quantized, held in buffers (tformer.cost.quantized: their names, shapes, bytes)."""
 
     path: str
     kind: str  # the ledger's op kind: qkv_proj, out_proj, ffn_up, ffn_gate, ffn_down, pooler, lm_head
@@ -27,9 +29,11 @@ class Linear:
     d_out: int
     bias: bool
     tied: bool = False
+    bits: int = 0  # 0: float W (the workload's dtype)
+    group: int = 0  # int4: inputs per scale and zero
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
-        out = {} if self.tied else {f"{self.path}.weight": (self.d_out, self.d_in)}
+        out = {} if self.tied or self.bits else {f"{self.path}.weight": (self.d_out, self.d_in)}
         if self.bias:
             out[f"{self.path}.bias"] = (self.d_out,)
         return out
@@ -377,7 +381,13 @@ def _merge(*parts) -> dict[str, tuple[int, ...]]:
 
 # Building the description from a config ------------------------------------------------------
 def describe(config) -> Architecture:
-    """The description of ``config``'s model: the one place that dispatches on ``config.arch``."""
+    """The description of ``config``'s model, its Linears quantized where config.quantize says so."""
+    arch = _describe(config)
+    return arch if config.quantize == "none" else _quantized(config, arch)
+
+
+def _describe(config) -> Architecture:
+    """The float description: the one place that dispatches on ``config.arch``."""
     c = config
     tok = Table("tok_embed", (c.vocab_size, c.d_model))
     if c.arch == "decoder":
@@ -417,6 +427,27 @@ def describe(config) -> Architecture:
                            Linear("head.text_proj", "projection", c.d_model, c.projection_dim, False))
         return Architecture(c.arch, tok, None, stacks, contrastive=head)
     raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
+
+
+def _quantized(c, arch: Architecture) -> Architecture:
+    """config.quantize: every Linear of the stacks' layers and the LM head weight-only quantized (a tied head gets
+    its own weight); embeddings, norms and other heads stay float. Recurrent models are refused by the config."""
+    bits, group = {"int8": 8, "int4": 4}[c.quantize], c.quant_group or 0
+
+    def q(lin: Linear | None) -> Linear | None:
+        if lin is not None and group and lin.d_in % group:
+            fits = [str(g) for g in QUANT_GROUPS if lin.d_in % g == 0] or ["none: keep this model at int8"]
+            raise TformerError(f"int4 group {group} does not divide {lin.path}'s input width {lin.d_in}; "
+                               f"choose a group that does ({', '.join(fits)})")
+        return lin and replace(lin, bits=bits, group=group, tied=False)
+
+    def layer(ly: Layer) -> Layer:
+        att = tuple(replace(a, q=q(a.q), k=q(a.k), v=q(a.v), o=q(a.o)) for a in ly.attention)
+        mlp = replace(ly.mlp, up=q(ly.mlp.up), gate=q(ly.mlp.gate), down=q(ly.mlp.down))
+        return replace(ly, attention=att, mlp=mlp)
+    stacks = tuple(replace(st, layers=tuple(layer(ly) for ly in st.layers)) for st in arch.stacks)
+    head = arch.lm_head and replace(arch.lm_head, linear=q(arch.lm_head.linear))
+    return replace(arch, stacks=stacks, lm_head=head)
 
 
 def _task_head(c, bias: bool) -> dict:

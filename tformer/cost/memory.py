@@ -20,6 +20,7 @@ Full activation checkpointing keeps each layer's input and recomputes one layer 
 from __future__ import annotations
 
 from tformer.cost.ops import kv_cache_bytes
+from tformer.cost.quantized import quantized_saving
 from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
 
 # Optimizer-state tensors per parameter, and element-wise FLOPs per parameter of one update
@@ -97,7 +98,8 @@ def memory_breakdown(ledger) -> dict:
     P, trained = ledger.params["total"], ledger.params["trained"]
     per = optimizer_bytes_per_param(w)
     fwd = ledger.select(phase="forward")
-    weights = P * per["weights"]
+    # Weight-only quantized Linears (config.quantize) hold fewer bytes than the float weights of the rest.
+    weights = P * per["weights"] - quantized_saving(ledger.architecture, per["weights"])
     # Only what the loss reaches gets a gradient and optimizer state (not BERT's pooler under MLM).
     gradients = trained * per["gradients"] if w.training else 0
     optimizer = trained * (per["master"] + per["moments"]) if w.training else 0

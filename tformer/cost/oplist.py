@@ -28,6 +28,7 @@ from tformer.cost.attention import attention_rows, costed_kind
 from tformer.cost.attention_call import AttentionCall
 from tformer.cost.memory import OPTIMIZER_FLOPS_PER_PARAM, optimizer_bytes_per_param
 from tformer.cost.ops import MatMul, Op
+from tformer.cost.quantized import linear_weight_bytes
 from tformer.cost.recurrent import CELL_FLOPS_PER_UNIT, STATES
 from tformer.cost.workload import ACTIVATION_BYTES, INDEX_BYTES, LOSS_BYTES, MASK_BYTES, WEIGHT_BYTES, Workload
 
@@ -98,9 +99,9 @@ class OpListBuilder:
             dims=MatMul(1, rows, d_in, d_out, weight=True),
             matmul_flops=O.matmul_flops(rows, d_in, d_out),
             other_flops=rows * d_out if bias else 0,  # the bias add of addmm (FlopCounterMode skips it)
-            bytes_read=rows * d_in * a + O.linear_params(d_in, d_out, bias) * wb,
+            bytes_read=rows * d_in * a + linear_weight_bytes(spec, wb),
             bytes_written=rows * d_out * a,
-            params=n_params, weight_bytes=O.linear_params(d_in, d_out, bias) * wb,
+            params=n_params, weight_bytes=linear_weight_bytes(spec, wb),
             saved_bytes=rows * d_in * a if saves_input else 0,
         ))
 

@@ -30,9 +30,9 @@ class Block(nn.Module):
         layer_idx, cross = spec.index, len(spec.attention) > 1
         self.pre_norm = config.norm_placement == "pre"
         self.attn_norm = make_norm(config)
-        self.attn = MultiHeadAttention(config, layer_idx)
+        self.attn = MultiHeadAttention(config, layer_idx, spec=spec.attention[0])
         self.cross_attn_norm = make_norm(config) if cross else None
-        self.cross_attn = MultiHeadAttention(config, layer_idx, cross=True) if cross else None
+        self.cross_attn = MultiHeadAttention(config, layer_idx, cross=True, spec=spec.attention[1]) if cross else None
         self.mlp_norm = make_norm(config)
         self.mlp = FeedForward(config, spec.mlp)
         self.dropout = nn.Dropout(config.dropout)

@@ -26,8 +26,7 @@ class DecoderLM(TransformerModel):
             self.head_dropout = torch.nn.Identity()
             self.head = Linear.described(arch.classifier)
         else:
-            self.lm_head = Linear.described(arch.lm_head.linear)
-            self.tie_weights()
+            self.add_lm_head(arch)
 
     def new_cache(self, max_length: int | None = None) -> KVCache:
         """Sliding-window attention gets a rolling cache: memory capped at the window, whatever the length."""

@@ -16,7 +16,6 @@ from tformer.model.attention.sliding import rolling_positions
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
-from tformer.model.linear import Linear
 
 
 class EncoderDecoderModel(TransformerModel):
@@ -25,8 +24,7 @@ class EncoderDecoderModel(TransformerModel):
         arch = describe(config)
         self.encoder = Stack(config, arch.stack("encoder"))
         self.decoder = Stack(config, arch.stack("decoder"))
-        self.lm_head = Linear.described(arch.lm_head.linear)
-        self.tie_weights()
+        self.add_lm_head(arch)
         if config.final_logits_bias:  # BART keeps a (normally zero) bias buffer on the logits
             self.register_buffer("final_logits_bias", torch.zeros(1, config.vocab_size))
         else:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 from tformer.model.attention import AttentionKind
+from tformer.model.quantized import QuantizedLinear
 from tformer.model.position import LearnedPositions, RelativePositionBias
 from tformer.model.vision import PatchEmbed
 
@@ -21,6 +23,10 @@ def init_weights(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, 0.0, STD)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, QuantizedLinear):  # a quantized config built fresh: a quantized N(0, 0.02) draw
+            module.quantize_(torch.randn(module.out_features, module.in_features) * STD)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, (LearnedPositions, RelativePositionBias, nn.Conv2d)):  # Conv2d: ViT's patches

@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from tformer.core.errors import TformerError
 from tformer.machine.path_choices import PLAIN, PathTable, load_paths, record_paths
 from tformer.model import linear_tuning
+from tformer.model.quantized import quantized_linear
 from tformer.model.split_linear import split_rows_linear
 
 MODES = ("auto", "plain", "split")
@@ -131,7 +132,10 @@ class Linear(nn.Linear):
 
     @classmethod
     def described(cls, spec) -> "Linear":
-        """The Linear an architecture description (tformer.cost.architecture.Linear) names."""
+        """The Linear an architecture description (tformer.cost.architecture.Linear) names: weight-only
+        quantized (tformer.model.quantized) where the spec has ``bits``."""
+        if spec.bits:
+            return quantized_linear(spec)
         return cls(spec.d_in, spec.d_out, bias=spec.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

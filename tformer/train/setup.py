@@ -69,6 +69,9 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
               objective: str | None = None) -> Run:
     """Prepare the data, size the model's vocabulary to the tokenizer, and build the model.
     objective: a name in tformer.train.objectives.OBJECTIVES; None = the architecture's own."""
+    if config.quantize != "none":
+        raise TformerError(f"quantize={config.quantize} is weight-only quantization for inference, not training; "
+                           "train the float model (quantize=none), then `tformer quantize` its checkpoint")
     objective = resolve_objective(objective, config)
     if config.traits.images:
         return _image_run(data, config, seed, hf_dir, objective)

@@ -28,14 +28,19 @@ class MultiHeadAttention(nn.Module):
     (``memory``), whose projections are computed once and kept in the cache during decoding.
     """
 
-    def __init__(self, config, layer_idx: int, cross: bool = False):
+    def __init__(self, config, layer_idx: int, cross: bool = False, spec=None):
+        """spec: the attention in the architecture description (tformer.cost.architecture.Attention), whose
+        projections may be quantized; None: float projections sized from the config."""
         super().__init__()
         d, self.n_heads, self.n_kv_heads, self.head_dim = config.d_model, config.n_heads, config.n_kv_heads, config.head_dim
         self.layer_idx, self.cross = layer_idx, cross
-        self.q_proj = Linear(d, self.n_heads * self.head_dim, bias=config.bias)
-        self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
-        self.v_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
-        self.o_proj = Linear(self.n_heads * self.head_dim, d, bias=config.bias)
+        if spec is not None:
+            self.q_proj, self.k_proj, self.v_proj, self.o_proj = map(Linear.described, spec.linears())
+        else:
+            self.q_proj = Linear(d, self.n_heads * self.head_dim, bias=config.bias)
+            self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
+            self.v_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
+            self.o_proj = Linear(self.n_heads * self.head_dim, d, bias=config.bias)
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.scale_attention else 1.0
         self.dropout_p = config.attention_dropout
         # Built once: switching kind builds a new model from a new config (tformer.model.with_attention).

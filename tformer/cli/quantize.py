@@ -1,0 +1,67 @@
+"""`tformer quantize`: a tformer checkpoint with its Linears weight-only quantized, saved as a checkpoint.
+
+    tformer quantize --ckpt runs/shakespeare --to int8 --out runs/shakespeare-int8
+    tformer quantize --ckpt runs/shakespeare --to int4 --group 64 --out runs/shakespeare-int4
+    tformer generate --ckpt runs/shakespeare-int8 --prompt "ROMEO:"
+
+Every Linear of the layers and the LM head becomes int8 (one scale per output row) or int4 (a scale and zero
+per --group inputs); the embeddings and norms stay float (tformer.adapt.quantize). The folder holds config.json
+(quantize, quant_group) + model.safetensors (no pickle), and the run's tokenizer, copied. Weight-only
+quantization is for inference: training refuses a quantized config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tformer.core import fmt
+from tformer.core.atomic import check_output_dir
+from tformer.core.config import QUANT_GROUPS
+from tformer.core.errors import TformerError
+
+NAME = "quantize"
+HELP = "Quantize a checkpoint's weights to int8 or int4 (weight-only, for inference) into a new checkpoint."
+TARGETS = ("int8", "int4")  # tformer.adapt.quantize.TARGETS, repeated so --help loads no torch
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--ckpt", required=True, metavar="DIR",
+                        help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
+    parser.add_argument("--to", required=True, metavar="BITS", help="int8 (per output row) or int4 (grouped)")
+    parser.add_argument("--group", type=int, default=None, metavar="N",
+                        help=f"int4: inputs per scale and zero, one of {', '.join(map(str, QUANT_GROUPS))} "
+                             "(default 32)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="the folder for the quantized checkpoint")
+    parser.add_argument("--json", action="store_true", help="machine-readable output (exact byte counts)")
+
+
+def run(args) -> int:
+    if args.to not in TARGETS:
+        raise TformerError(f"--to {args.to} is not a supported quantization; choose int8 or int4")
+    if args.group is not None and args.to == "int4" and args.group not in QUANT_GROUPS:
+        raise TformerError(f"--group {args.group} is not a supported int4 group size; choose one of: "
+                           f"{', '.join(map(str, QUANT_GROUPS))}")
+    check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
+    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.adapt.quantize import quantize_model
+    from tformer.interop.checkpoint import WEIGHTS_FILE, load_checkpoint, model_dir, save_model
+
+    src, out = Path(args.ckpt), Path(args.out)
+    if out.resolve() in (src.resolve(), model_dir(src).resolve()):
+        raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder")
+    model, tokenizer = load_checkpoint(src)
+    quantized = quantize_model(model, args.to, args.group)
+    save_model(quantized, out)
+    if tokenizer is not None:
+        tokenizer.save(out / "tokenizer")
+    before, after = (model_dir(src) / WEIGHTS_FILE).stat().st_size, (out / WEIGHTS_FILE).stat().st_size
+    c = quantized.config
+    what = f"{c.quantize}" + (f" (group {c.quant_group})" if c.quant_group else "")
+    if args.json:
+        print(json.dumps({"out": str(out), "quantize": c.quantize, "quant_group": c.quant_group,
+                          "bytes_before": before, "bytes_after": after}, indent=1))
+        return 0
+    print(f"quantized {c.name} to {what}: {WEIGHTS_FILE} {fmt.nbytes(before)} -> {fmt.nbytes(after)} "
+          f"({before / after:.2f}x smaller), saved to {out}")
+    return 0
