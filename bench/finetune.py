@@ -8,8 +8,9 @@ step, held-out accuracy on the test works' lines.
 
 Measured peak: the tensor bytes alive before a training step (weights, optimizer state) plus the peak of what the
 step allocates above them (tformer.measure.memory_peak: every tensor the forward, backward and optimizer step create,
-on the CPU). Predicted: the ledger's training total (tformer.cost.memory.memory_breakdown) at the batch's mean
-tokens per row; until tformer.cost.peft exists it counts every parameter as trainable (marked *).
+on the CPU). Predicted: the ledger's peak training memory at the batch's mean
+tokens per row, under the method (tformer.cost.peft.training_memory: gradients and optimizer state only for what
+trains; activations less what frozen parts need not keep).
 """
 from __future__ import annotations
 
@@ -25,10 +26,9 @@ import _results  # noqa: E402  (bench/_results.py)
 import torch  # noqa: E402
 
 from tformer.adapt import trainable_parameters  # noqa: E402
-from tformer.core.errors import TformerError  # noqa: E402
 from tformer.core.peft import PeftSpec  # noqa: E402
-from tformer.cost.ledger import Workload, ledger  # noqa: E402
-from tformer.cost.memory import memory_breakdown  # noqa: E402
+from tformer.cost.ledger import Workload  # noqa: E402
+from tformer.cost.peft import training_memory  # noqa: E402
 from tformer.measure.memory_peak import PeakTensorMemory  # noqa: E402
 from tformer.train.finetune import build_finetune, held_out_scores  # noqa: E402
 from tformer.train.loop import TrainArgs, Trainer  # noqa: E402
@@ -41,10 +41,10 @@ LR = {"full": 5e-5, "prompt": 1e-2}  # as `tformer finetune`; every other method
 WARM_STEPS = 2  # the first steps pay one-off costs (allocator, thread pools); not timed
 
 
-def predicted_bytes(model, source, batch: int) -> tuple[int, bool]:
-    """The ledger's training memory and whether it counted only the trainable parameters (tformer.cost.peft)."""
-    book = ledger(model.config, Workload(phase="train", batch=batch, seq=source.tokens_per_row))
-    return int(memory_breakdown(book)["total"]), False
+def predicted_bytes(model, source, spec: PeftSpec, batch: int) -> int:
+    """The ledger's peak training memory of fine-tuning ``model`` by ``spec`` (tformer.cost.peft)."""
+    return int(training_memory(model.config, spec, Workload(phase="train", batch=batch, seq=source.tokens_per_row))
+               ["total"])
 
 
 def live_bytes(model, optimizer) -> int:
@@ -55,12 +55,7 @@ def live_bytes(model, optimizer) -> int:
 
 
 def bench_row(label: str, spec: PeftSpec, args) -> dict:
-    try:
-        run_ = build_finetune("all-minilm-l6-v2", "authorship", spec=spec, max_len=args.max_len, seed=args.seed)
-    except TformerError as exc:
-        if "not built" in str(exc):
-            return {"method": label, "built": False}
-        raise
+    run_ = build_finetune("all-minilm-l6-v2", "authorship", spec=spec, max_len=args.max_len, seed=args.seed)
     with tempfile.TemporaryDirectory(prefix="bench-finetune-") as out:
         targs = TrainArgs(out=out, max_steps=args.steps, batch_size=args.batch, lr=LR.get(spec.method, 1e-3),
                           warmup=max(args.steps // 10, 1), weight_decay=0.01, eval_interval=args.steps,
@@ -76,12 +71,12 @@ def bench_row(label: str, spec: PeftSpec, args) -> dict:
             start = time.perf_counter()
             trainer.train_step()
             times.append(time.perf_counter() - start)
-    predicted, peft_aware = predicted_bytes(run_.model, run_.source, args.batch)
+    predicted = predicted_bytes(run_.model, run_.source, spec, args.batch)
     batches = None if args.eval_rows == 0 else max(args.eval_rows // 64, 1)
     test = held_out_scores(run_.model, run_.source, "test", rows=64, batches=batches)
-    return {"method": label, "built": True, "trainable_parameters": trainable_parameters(run_.model),
+    return {"method": label, "trainable_parameters": trainable_parameters(run_.model),
             "parameters": run_.model.num_parameters(), "predicted_peak_bytes": predicted,
-            "predicted_counts_trainable_only": peft_aware, "measured_peak_bytes": before + peak.peak,
+            "measured_peak_bytes": before + peak.peak,
             "step_s": statistics.median(times) if times else None, "test_accuracy": test["accuracy"],
             "test_rows": test["rows"]}
 
@@ -89,13 +84,9 @@ def bench_row(label: str, spec: PeftSpec, args) -> dict:
 def table_rows(records: list[dict]) -> list[list[str]]:
     rows = []
     for r in records:
-        if not r["built"]:
-            rows.append([r["method"], "not built", "", "", "", ""])
-            continue
-        mark = "" if r["predicted_counts_trainable_only"] else " *"
         step = f"{r['step_s'] * 1000:,.0f} ms" if r["step_s"] is not None else "-"
         rows.append([r["method"], f"{r['trainable_parameters']:,} ({r['trainable_parameters'] / r['parameters']:.2%})",
-                     _mb(r["predicted_peak_bytes"]) + mark, _mb(r["measured_peak_bytes"]), step,
+                     _mb(r["predicted_peak_bytes"]), _mb(r["measured_peak_bytes"]), step,
                      f"{r['test_accuracy']:.1%}"])
     return rows
 
@@ -131,8 +122,6 @@ def main() -> int:
           f"training), {args.steps} steps of {args.batch}, at most {args.max_len} tokens per line")
     print(_results.table(["method", "trainable parameters", "peak memory predicted", "measured", "time/step",
                           "held-out accuracy"], table_rows(records)))
-    if any(r["built"] and not r["predicted_counts_trainable_only"] for r in records):
-        print("* the ledger's training memory with every parameter trainable (tformer.cost.peft not built yet)")
     record = {"steps": args.steps, "batch": args.batch, "max_len": args.max_len, "eval_rows": args.eval_rows,
               "rows": records}
     _results.write("finetune", record, m, args.json, not args.no_save)

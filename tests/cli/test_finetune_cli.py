@@ -79,3 +79,26 @@ def test_a_file_of_one_class_is_one_line(tmp_path):
     one.write_text("".join(json.dumps({"text": f"line {i}", "label": "x"}) + "\n" for i in range(10)))
     result = run_tformer(["finetune", *TINY, "--data", one, "--out", tmp_path / "bad", *SHORT])
     assert result.returncode == 2 and "one label ('x') for every row" in result.stderr
+
+
+def test_lora_run_leaves_a_merged_model_and_its_peft_adapter(tmp_path, data):
+    """The run's folder loads as a plain checkpoint (LoRA folded in) that gives the trained model's outputs, and the
+    adapter folder holds peft's LoRA files with the trained rank."""
+    import torch
+
+    from tformer.adapt.peft import merged_weights
+    from tformer.interop.checkpoint import load_model
+
+    out = tmp_path / "lora"
+    result = run_tformer(["finetune", *TINY, "--data", data, "--out", out, "--method", "lora", "--rank", "4", *SHORT])
+    assert result.returncode == 0, result.stderr[-2000:]
+    adapter = json.loads((out / "adapter" / "adapter_config.json").read_text())
+    assert adapter["peft_type"] == "LORA" and adapter["r"] == 4
+    assert any(k.endswith("lora_A.weight") for k in load_file(out / "adapter" / "adapter_model.safetensors"))
+    plain = load_model(out)  # no lora_* names: the config alone builds it
+    trained = load_file(out / "checkpoint" / "model.safetensors")
+    assert any(".lora_A." in k for k in trained) and not any(".lora_" in k for k in plain.state_dict())
+    q = "encoder.layers.0.attn.q_proj"
+    folded = trained[f"{q}.weight"] + trained[f"{q}.lora_B.weight"] @ trained[f"{q}.lora_A.weight"] * (adapter["lora_alpha"] / 4)
+    assert torch.allclose(plain.state_dict()[f"{q}.weight"], folded, atol=1e-6)
+    assert merged_weights(plain).keys() == plain.state_dict().keys()

@@ -7,6 +7,7 @@ the base weights (inference at the base model's cost) and ``unmerge_peft`` resto
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from tformer.adapt.adapters import add_adapters
@@ -59,9 +60,24 @@ def unmerge_peft(model: nn.Module) -> nn.Module:
     return model
 
 
+def merged_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The plain model's state dict of a LoRA model: each target's W + (alpha / r) B A under W's own name, the LoRA
+    tensors left out, so the result loads into a model built from the config alone (tformer.interop.checkpoint).
+    ``model`` is left as it was. Methods that add modules (adapters, prompt, prefix) have no such form: refused."""
+    extra = [n for n, _ in model.named_parameters() if n.startswith("peft_") or ".adapter." in n]
+    if extra:
+        raise TformerError(f"{extra[0]} belongs to a method that adds modules; it cannot be folded into the base "
+                           "weights (keep the base and the adapter folder, tformer.adapt.load_adapter)")
+    lora = lora_modules(model)
+    state = {k: v.detach() for k, v in model.state_dict().items() if ".lora_" not in k}
+    for path, module in lora.items():
+        state[f"{path}.weight"] = (module.weight.detach() + (0 if module.merged else module.delta().detach())).clone()
+    return state
+
+
 def trainable_parameters(model: nn.Module) -> int:
     """Parameters that take a gradient (each shared tensor once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-__all__ = ["HEAD_PREFIX", "apply_peft", "merge_peft", "trainable_parameters", "unmerge_peft"]
+__all__ = ["HEAD_PREFIX", "apply_peft", "merge_peft", "merged_weights", "trainable_parameters", "unmerge_peft"]

@@ -29,6 +29,7 @@ LR = {"full": 5e-5, "prompt": 1e-2, "prefix": 1e-2}  # every other method: 1e-3
 # TrainArgs fields this command does not offer: an LM's label smoothing, samples, and the multi-process switches.
 NOT_OFFERED = ("out", "label_smoothing", "sample_interval", "compile", "activation_checkpointing", "fsdp")
 RESULT_FILE = "finetune.json"
+ADAPTER_DIR = "adapter"  # adapter_config.json + adapter_model.safetensors of what trained (not for --method full)
 
 
 def add_arguments(p) -> None:
@@ -125,7 +126,9 @@ def _resolve_flags(args, out: Path) -> SimpleNamespace:
 
 def _finetune(flags, spec: PeftSpec, out: Path, log, progress) -> int:
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-    from tformer.adapt import trainable_parameters
+    from tformer.adapt import save_adapter, trainable_parameters
+    from tformer.adapt.peft import merged_weights
+    from tformer.interop.checkpoint import save_model
     from tformer.measure.bench import torch_device
     from tformer.train.finetune import build_finetune, held_out_scores
     from tformer.train.interrupt import exit_code, stop_on_signals
@@ -164,12 +167,18 @@ def _finetune(flags, spec: PeftSpec, out: Path, log, progress) -> int:
                "peft": spec.to_dict(), "trainable_parameters": trainable, "parameters": total,
                "step": trainer.step, "val_accuracy": result.get("val_accuracy"), "val_loss": result.get("val_loss"),
                "test_accuracy": test["accuracy"], "test_loss": test["loss"], "test_rows": test["rows"]}
+    if spec.method != "full":  # the part that trained, alone: peft's folder (LoRA, prompt, prefix) or tformer's
+        summary["adapter"] = str(save_adapter(run_.model, spec, out / ADAPTER_DIR))
+    if spec.method == "lora":  # the run's model as a plain checkpoint (W + B A folded in) that every command reads
+        save_model(run_.model, out, weights=merged_weights(run_.model))
     atomic_write_text(out / RESULT_FILE, json.dumps(summary, indent=1) + "\n")
     log(f"done: step {trainer.step}, held-out test accuracy {test['accuracy']:.1%} ({test['rows']:,} lines from "
         f"works never seen in training), test loss {test['loss']:.4f}; weights in {out / 'model.safetensors'}"
         if run_.data.name == "authorship" else
         f"done: step {trainer.step}, test accuracy {test['accuracy']:.1%} ({test['rows']:,} rows), test loss "
         f"{test['loss']:.4f}; weights in {out / 'model.safetensors'}")
+    if "adapter" in summary:
+        log(f"the trained part alone (peft's format where peft has one): {summary['adapter']}")
     if flags.json:
         print(json.dumps(summary))
     return 0
