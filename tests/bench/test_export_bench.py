@@ -24,7 +24,8 @@ def test_export_bench_prints_eager_and_ort_times_per_shape(capsys, tmp_path):
                         *tiny, "--json", str(out_json), "--no-save"]) == 0
     out = capsys.readouterr().out
     assert "ONNX Runtime vs PyTorch eager" in out
-    assert len(re.findall(r"^gpt2\s+0\.\dM\s+[\d.]+\s+\d+\s+\S+\s+[12]\s+5\s+[\d.]+\s+[\d.]+\s+[\d.]+x$", out, re.M)) == 2
+    row = r"^gpt2\s+0\.\dM\s+[\d.]+\s+\d+\s+\S+\s+[12]\s+5\s+[\d.]+\s+[\d.]+\s+[\d.]+x$"
+    assert len(re.findall(row, out, re.MULTILINE)) == 2
     record = json.loads(out_json.read_text())["models"][0]
     assert record["max_difference"] < 1e-4 and record["onnx_bytes"] > 0
     assert all(s["eager_s"] > 0 and s["ort_s"] > 0 for s in record["shapes"])

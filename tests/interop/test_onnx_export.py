@@ -14,7 +14,14 @@ from tformer.core.config import preset
 from tformer.core.errors import TformerError
 from tformer.interop.checkpoint import save_model
 from tformer.interop.onnx_export import (
-    CHECK_SHAPE, EXPORT_SHAPE, META_FILE, MODEL_FILE, export_onnx, run_onnx, sample_inputs, signature,
+    CHECK_SHAPE,
+    EXPORT_SHAPE,
+    META_FILE,
+    MODEL_FILE,
+    export_onnx,
+    run_onnx,
+    sample_inputs,
+    signature,
 )
 from tformer.model import build
 from tformer.model.masks import tracing

@@ -9,10 +9,10 @@ Data-dependent Python branches in the model (the token-range check, the mask's a
 shortcuts) are skipped while tracing (tformer.model.masks.tracing), so the graph always applies the mask.
 
 What each architecture's graph reads and returns (names as Hugging Face's ORT exports use them):
-    decoder          input_ids, attention_mask (B, T)                        -> logits
-    encoder          input_ids, attention_mask[, token_type_ids] (B, T)      -> last_hidden_state[, pooler_output], logits
+    decoder          input_ids, attention_mask (B, T)                      -> logits
+    encoder          input_ids, attention_mask[, token_type_ids] (B, T)  -> last_hidden_state[, pooler_output][, logits]
     encoder-decoder  input_ids, attention_mask (B, S), decoder_input_ids (B, T) -> logits
-    vit              pixel_values (B, C, H, W), H and W fixed                -> last_hidden_state[, logits]
+    vit              pixel_values (B, C, H, W), H and W fixed              -> last_hidden_state[, logits]
 A task head's outputs replace the LM / MLM logits: logits (classification), start_logits + end_logits (answers).
 """
 
