@@ -9,7 +9,7 @@ What is measured (CPU, fp32, random weights: speed does not depend on the values
   2. one forward pass at batch 1 and 8, lengths 32 and 128 (bert-base: input_ids, attention_mask,
      token_type_ids -> hidden states and pooler; gpt2: input_ids, attention_mask -> logits over the vocabulary),
      PyTorch eager under no_grad vs an ONNX Runtime CPU session with graph optimisations on. Both use the same
-     threads (default: every core: torch.set_num_threads and ORT's intra-op threads). The two alternate within
+     threads (default: every core: torch.set_num_threads and ORT's intra-op threads, not spinning when idle). The two alternate within
      each repeat, so machine noise hits both; the median repeat is kept, after one untimed warm-up each.
 """
 
@@ -59,7 +59,7 @@ def bench_model(name: str, overrides: list[str], batches, lengths, repeats: int,
     torch.manual_seed(0)
     model = build(preset(name).with_overrides(overrides)).eval()
     result = export_onnx(model, os.path.join(folder, name))
-    session = ort_session(result.path, threads)
+    session = ort_session(result.path, threads, spin=False)
     rows = []
     for batch in batches:
         for length in lengths:

@@ -228,11 +228,15 @@ def _opset(program) -> int | None:
         return None
 
 
-def ort_session(path: str | Path, threads: int | None = None):
-    """An ONNX Runtime CPU session over ``path``; threads: intra-op threads (None = ORT's default)."""
+def ort_session(path: str | Path, threads: int | None = None, spin: bool = True):
+    """An ONNX Runtime CPU session over ``path``; threads: intra-op threads (None = ORT's default).
+    spin=False: ORT's idle threads sleep instead of spinning after a run (else they hold the cores for a while,
+    and PyTorch timed next to them runs on none: bench/export.py)."""
     import onnxruntime as ort  # deferred: a heavy runtime needed only where a graph is run
 
     options = ort.SessionOptions()
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads:
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
