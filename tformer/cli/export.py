@@ -1,11 +1,18 @@
-"""`tformer export`: a tformer checkpoint or training run as a Hugging Face folder.
+"""`tformer export`: a tformer checkpoint or training run as a Hugging Face folder, or as an ONNX graph.
 
     tformer export --ckpt runs/shakespeare --out hf/shakespeare
     python -c "import transformers; transformers.AutoModelForCausalLM.from_pretrained('hf/shakespeare')"
+    tformer export --format onnx --ckpt runs/shakespeare --out onnx/shakespeare
+    tformer export --format onnx --preset bert-base --set task=sequence-classification --out onnx/bert
 
 The folder holds config.json + model.safetensors in the layout `transformers` loads for the model's
 family (GPT-2, LLaMA, BERT, BART or T5, chosen from the config), written atomically; the run's
 tformer tokenizer, if any, is saved beside them (tformer-tokenizer.json and its data files).
+
+--format onnx writes model.onnx (dynamic batch and sequence axes) and onnx.json (its input and output
+names and axes: tformer.interop.onnx_export), then runs the graph in ONNX Runtime on inputs of another
+shape and prints the largest difference from PyTorch, so every export is checked. --preset exports a
+randomly initialised model of a preset (with --set overrides) instead of a checkpoint.
 """
 
 from __future__ import annotations
@@ -17,17 +24,33 @@ from tformer.core.errors import TformerError
 from tformer.interop.hf_config import hf_family
 
 NAME = "export"
-HELP = "Export a training run or checkpoint to a Hugging Face folder (config.json + model.safetensors)."
+HELP = "Export a training run or checkpoint to a Hugging Face folder or an ONNX graph (--format onnx)."
+FORMATS = ("hf", "onnx")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--ckpt", required=True, metavar="DIR",
-                        help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
-    parser.add_argument("--out", required=True, metavar="DIR", help="the Hugging Face folder to write")
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt", metavar="DIR",
+                     help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
+    src.add_argument("--preset", metavar="NAME", help="(--format onnx) a preset, randomly initialised")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="(--preset) override a config field")
+    parser.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
+    parser.add_argument("--format", default="hf", metavar="FORMAT",
+                        help="hf: a Hugging Face folder (default); onnx: model.onnx + onnx.json, checked in ONNX Runtime")
+    parser.add_argument("--seed", type=int, default=0, help="(--preset) the initialisation seed")
 
 
 def run(args) -> int:
+    if args.format not in FORMATS:
+        raise TformerError(f"--format {args.format} is unknown; choose one of: {', '.join(FORMATS)}")
+    if args.format == "hf" and args.preset:
+        raise TformerError("--preset exports a random model, which only --format onnx writes; pass --ckpt for hf")
+    if args.set and not args.preset:
+        raise TformerError("--set overrides a --preset's fields; a checkpoint keeps its own config")
     check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
+    if args.format == "onnx":
+        return _run_onnx(args)
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.interop.checkpoint import load_checkpoint
     from tformer.interop.hf import save_hf
@@ -47,3 +70,34 @@ def run(args) -> int:
     print(f"load it with: transformers.AutoModel{'' if model.config.has_encoder else 'ForCausalLM'}"
           f".from_pretrained({str(out)!r})")
     return 0
+
+
+def _run_onnx(args) -> int:
+    # deferred: torch and the exporter load only when this command runs
+    import torch
+
+    from tformer.interop.checkpoint import load_checkpoint
+    from tformer.interop.config import load_config
+    from tformer.interop.onnx_export import check_exportable, export_onnx
+    from tformer.model import build
+
+    if args.preset:
+        config = load_config(args.preset, args.set)
+        check_exportable(config)  # before building: an RNN preset fails here, in a second
+        torch.manual_seed(args.seed)
+        model, what = build(config), f"{config.name} (random init, seed {args.seed})"
+    else:
+        src, out = Path(args.ckpt), Path(args.out)
+        if out.resolve() == src.resolve():
+            raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder for the export")
+        model, _ = load_checkpoint(src)
+        what = model.config.name
+    result = export_onnx(model, args.out)
+    axes = ", ".join(f"{name} ({' x '.join(axes)})" for name, axes in result.inputs.items())
+    print(f"exported {what} ({model.num_parameters():,} parameters) as ONNX opset {result.opset} to {result.path} "
+          f"({result.bytes / 1e6:.1f} MB, {result.seconds:.1f} s): inputs {axes}; outputs {', '.join(result.outputs)}")
+    shape = " x ".join(map(str, next(iter(result.checked_on.values()))))
+    print(f"ONNX Runtime vs PyTorch on a {shape} input (another shape than the traced one, padding included): "
+          f"max |difference| {result.max_difference:.2e}")
+    return 0
+

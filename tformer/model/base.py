@@ -11,6 +11,7 @@ from torch import nn
 
 from tformer.core.errors import TformerError
 from tformer.model.linear import Linear
+from tformer.model.masks import tracing
 
 IGNORE_INDEX = -100  # label value that the losses skip (padding, unmasked MLM positions)
 
@@ -56,8 +57,9 @@ class TransformerModel(nn.Module):
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         # Checked here because an out-of-range id fails deep inside the embedding (on a GPU, as an
         # opaque device assert). Meta tensors have no values to check; under torch.compile it is
-        # skipped, since its data-dependent branch would split the graph.
-        if input_ids.numel() and input_ids.device.type != "meta" and not torch.compiler.is_compiling() and (
+        # skipped, since its data-dependent branch would split the graph, and so while exporting (it cannot be traced).
+        checkable = input_ids.numel() and input_ids.device.type != "meta"
+        if checkable and not torch.compiler.is_compiling() and not tracing() and (
             int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size
         ):
             raise TformerError(

@@ -23,6 +23,13 @@ def causal_mask(tq: int, tk: int, device=None) -> torch.Tensor:
     return k_pos <= q_pos
 
 
+def tracing() -> bool:
+    """Whether an exporter (torch.onnx.export, either kind, or torch.export) is tracing the model: a data-dependent
+    Python branch would then bake the sample input's answer into the graph or fail to trace, so the mask keeps
+    its padding and dead-row pieces unconditionally (the same numbers, without the eager shortcuts)."""
+    return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+
+
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, Tk) with 1 = real token, 0 = padding -> (B, 1, 1, Tk) bool."""
     return attention_mask.bool()[:, None, None, :]
@@ -53,7 +60,8 @@ class AttentionMask:
     @property
     def trivially_causal(self) -> bool:
         """Plain causal over a square block whose queries are its keys: SDPA's is_causal applies."""
-        return self.causal and self.prefix is None and self.tq == self.tk and self.q_start == self.k_start
+        # bool(): under torch.export the lengths are symbolic and SDPA's is_causal takes only a Python bool
+        return bool(self.causal and self.prefix is None and self.tq == self.tk and self.q_start == self.k_start)
 
     @property
     def hides_future(self) -> bool:
@@ -114,7 +122,7 @@ class AttentionMask:
         if allowed is not None:
             bias = bias.masked_fill(~allowed, float("-inf"))
             dead = ~allowed.any(dim=-1, keepdim=True)
-            if bool(dead.any()):
+            if tracing() or bool(dead.any()):
                 bias = bias.masked_fill(dead, 0.0)
             else:
                 dead = None
@@ -151,7 +159,8 @@ def build_mask(
     if key_padding is not None and key_padding.shape[-1] != tk:
         raise ValueError(f"attention mask covers {key_padding.shape[-1]} keys but there are {tk}")
     keep = None
-    if key_padding is not None and not bool(key_padding.all()):  # nothing padded: keep the fast paths open
+    # nothing padded: keep the fast paths open (an exported graph keeps the mask: its inputs may be padded)
+    if key_padding is not None and (tracing() or not bool(key_padding.all())):
         keep = key_padding.bool()
     return AttentionMask(tq, tk, causal=causal, keep=keep, position_bias=position_bias, q_start=q_start,
                          k_start=k_start, dtype=dtype, device=device, prefix=prefix)
