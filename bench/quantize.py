@@ -156,6 +156,8 @@ def main(argv=None) -> int:
     losses = {}
     for label, kind, group in VARIANTS:
         losses[label] = validation_loss(variant(char, kind, group), run.source, 20, 32)
+    for r in rows:
+        r["val_loss"] = losses[r["variant"]]
 
     print(f"\ngpt2 (124M, random init), batch 1, prompt {args.prompt}, {args.new} new tokens, median of {args.runs}; "
           f"roofline: {device.name} ({where}); char-small trained {args.steps} steps on Shakespeare")

@@ -60,7 +60,7 @@ def test_magnitude_pruning_zeroes_the_asked_share_and_keeps_shapes(run, tmp_path
     (["--per-layer", "--heads", "1"], "--per-layer applies to --sparsity"),
     (["--sparsity", "1.5"], "sparsity"),
     (["--heads", "4"], "leaves none"),
-    (["--ffn", "1.0"], "ffn"),
+    (["--ffn", "1.0"], "FFN fraction"),
 ])
 def test_bad_requests_are_one_line_and_exit_2(run, tmp_path, capsys, argv, words):
     _, src = run

@@ -21,6 +21,7 @@ from tformer.machine import cpu_flops_per_cycle, vs_theoretical
 from tformer.model import build
 from tformer.report import (
     runs,
+    section_adapt,
     section_appendix,
     section_attention,
     section_long_context,
@@ -203,7 +204,7 @@ def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
     sections = []
     for module in (section_machine, section_model, section_roofline, section_measured, section_phases,
                    section_scaling, section_parallel, section_attention, section_long_context,
-                   section_why_attention, section_serving, section_vision):
+                   section_why_attention, section_serving, section_vision, section_adapt):
         sections.append(module.build(ctx))
         ctx.say(f"section {sections[-1].heading}")
     wall = ctx.elapsed()
