@@ -1,4 +1,4 @@
-"""Labelled text: the authorship builder (balanced, split by work with no overlap, deterministic) on small made-up
+"""Labelled text: the authorship builder (balanced, split by passage with no overlap, deterministic) on small made-up
 works, and a user's CSV / JSONL file (columns, empty file, one class)."""
 
 import json
@@ -19,18 +19,22 @@ def _works(prefix, n_works, lines_each):
 WORKS = {"shakespeare": _works("s", 12, 40), "milton": _works("m", 4, 30)}
 
 
-def test_authorship_is_balanced_split_by_work_and_deterministic():
-    data = A.build(WORKS, seed=3)
+def test_authorship_is_balanced_split_by_passage_and_deterministic():
+    data = A.build(WORKS, seed=3, passage=10)
     for split, (texts, labels) in data.splits.items():
         assert texts and labels.count(0) == labels.count(1), split
-    work_of = lambda line: line.split(" line ")[0]
-    seen = {s: {work_of(t) for t in data.texts(s)} for s in A.SPLITS}
+    # a line "m work 2 line 17 ..." sits in passage (m work 2, 1): each passage goes to one split whole
+    passage_of = lambda line: (line.split(" line ")[0], int(line.split(" line ")[1].split()[0]) // 10)
+    seen = {s: {passage_of(t) for t in data.texts(s)} for s in A.SPLITS}
     assert not seen["train"] & seen["validation"] and not seen["train"] & seen["test"]
     assert not seen["validation"] & seen["test"]
     assert all(not t.startswith(("Enter", "SHORT")) for s in A.SPLITS for t in data.texts(s))
-    again = A.build(WORKS, seed=3)
+    again = A.build(WORKS, seed=3, passage=10)
     assert again.splits == data.splits and again.note == data.note
-    assert A.build(WORKS, seed=4).splits != data.splits
+    assert A.build(WORKS, seed=4, passage=10).splits != data.splits
+    # one author's works reach several splits: a split measures the author, not the kinds of works it was given
+    milton_works = {s: {t.split(" line ")[0] for t, y in zip(*data.splits[s]) if y == 1} for s in A.SPLITS}
+    assert len(milton_works["train"] & (milton_works["validation"] | milton_works["test"])) >= 1
 
 
 def test_a_line_in_two_works_is_kept_once():
@@ -51,7 +55,7 @@ def test_clean_line_drops_numbers_dots_headings_and_directions():
     assert A.clean_line("too short") is None
 
 
-def test_too_few_works_is_one_line():
+def test_too_few_passages_is_one_line():
     with pytest.raises(TformerError, match="at least 3"):
         A.build({"shakespeare": _works("s", 5, 5), "milton": _works("m", 2, 5)})
 
