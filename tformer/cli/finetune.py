@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
                                      "pools it; else cls for encoders, last for decoders)")
     m.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     d = p.add_argument_group("data")
-    d.add_argument("--data", help="authorship (default: Shakespeare vs Milton lines, split by work) | a CSV or JSONL "
+    d.add_argument("--data", help="authorship (default: Shakespeare vs Milton lines, split by passage) | a CSV or JSONL "
                                   "file with text and label columns")
     d.add_argument("--data-seed", type=int, help="the seed of the data's split and balancing (default 0)")
     d.add_argument("--max-len", type=int, help="tokens per text, [CLS] and [SEP] included (default 64)")
@@ -173,7 +173,7 @@ def _finetune(flags, spec: PeftSpec, out: Path, log, progress) -> int:
         save_model(run_.model, out, weights=merged_weights(run_.model))
     atomic_write_text(out / RESULT_FILE, json.dumps(summary, indent=1) + "\n")
     log(f"done: step {trainer.step}, held-out test accuracy {test['accuracy']:.1%} ({test['rows']:,} lines from "
-        f"works never seen in training), test loss {test['loss']:.4f}; weights in {out / 'model.safetensors'}"
+        f"passages never seen in training), test loss {test['loss']:.4f}; weights in {out / 'model.safetensors'}"
         if run_.data.name == "authorship" else
         f"done: step {trainer.step}, test accuracy {test['accuracy']:.1%} ({test['rows']:,} rows), test loss "
         f"{test['loss']:.4f}; weights in {out / 'model.safetensors'}")
