@@ -15,7 +15,7 @@ from tformer.core.peft import DEFAULT_TARGETS, METHODS, PeftSpec
 
 NAME = "finetune"
 HELP = ("Fine-tune a pretrained model as a text classifier: full, head only, BitFit, LoRA, adapters, prompt or prefix "
-        "tuning; default all-MiniLM-L6-v2 on line-level authorship (Shakespeare vs Milton, held-out works).")
+        "tuning; default all-MiniLM-L6-v2 on line-level authorship (Shakespeare vs Milton, held-out passages).")
 
 # What a fine-tuning run trains with unless told otherwise: a pretrained model needs few, small steps; the frozen
 # methods train a few new parameters and take a larger learning rate (LoRA's and BitFit's papers use 1e-4 to 1e-3).
