@@ -54,6 +54,9 @@ def test_ledger_tables_follow_the_peft_ledger_and_quantized_bytes(tmp_path, monk
                                                 S.Workload(phase="train", batch=4, seq=96))
     assert rows[1]["trainable"] == 64 * 2 and peft.rows[0][-1] == "1.00x"  # GPT-2's score: no bias
     assert all(r["vs_full"] < 1 for r in rows[1:5])
+    # prompt tuning's 20 positions do not fit beside 96 tokens in a 96-position table: named, not dropped silently
+    assert "prompt (20 tokens)" not in [r["method"] for r in rows]
+    assert "Not costed here: prompt (20 tokens): 116 positions exceed" in texts(sec)
     formats = ctx.data["adapt"]["quantize"]["rows"]
     assert [r["format"] for r in formats] == ["fp32", "int8", "int4 g32"]  # 160 inputs hold no group of 128
     assert formats[0]["weight_bytes"] > formats[1]["weight_bytes"] > formats[2]["weight_bytes"]

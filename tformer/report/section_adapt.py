@@ -39,18 +39,21 @@ def classifier(config):
     return None
 
 
-def peft_rows(config, workload: Workload) -> list[dict]:
-    rows = []
+def peft_rows(config, workload: Workload) -> tuple[list[dict], list[str]]:
+    """The costed methods, and a line for each one this config cannot take (prompt tuning past max_positions,
+    prefix tuning on shared layers)."""
+    rows, skipped = [], []
     full = None
     for label, spec in methods(config.d_model):
         try:
             memory = training_memory(config, spec, workload)
-        except TformerError:  # a method this config cannot take (prefix tuning on shared layers)
+        except TformerError as exc:
+            skipped.append(f"{label}: {exc}")
             continue
         full = full or memory["total"]
         rows.append({"method": label, "trainable": trainable_parameters(config, spec),
                      "added": added_parameters(config, spec), "memory": memory, "vs_full": memory["total"] / full})
-    return rows
+    return rows, skipped
 
 
 def quantized_rows(config, device, context: int) -> list[dict]:
@@ -77,9 +80,10 @@ def build(ctx) -> Section:
     if task is not None:
         workload = Workload(phase="train", batch=ctx.options.batch or 8,
                             seq=min(ctx.options.seq or 128, config.max_positions))
-        rows = peft_rows(task, workload)
+        rows, skipped = peft_rows(task, workload)
         total = rows[0]["trainable"] if rows else 0
-        data["peft"] = {"config": task.name, "batch": workload.batch, "seq": workload.seq, "rows": rows}
+        data["peft"] = {"config": task.name, "batch": workload.batch, "seq": workload.seq, "rows": rows,
+                        "skipped": skipped}
         sec.text("Fine-tuning need not train every weight. Frozen weights take no gradient and no optimizer state "
                  "(Adam keeps two moments per trained parameter), and a frozen Linear need not keep its input for "
                  "the backward pass; what the method adds (LoRA's A and B, an adapter's bottleneck, prompt or prefix "
@@ -89,6 +93,8 @@ def build(ctx) -> Section:
                     fmt.count(r["added"]), fmt.si(r["memory"]["total"], "B"), f"{r['vs_full']:.2f}x"] for r in rows],
                   caption=f"Predicted by the ledger (tformer.cost.peft) for this model with a 2-class head, training "
                           f"at batch {workload.batch} x {workload.seq} tokens with AdamW")
+        for line in skipped:
+            sec.text(f"Not costed here: {line}.")
     else:
         sec.text(f"This model is {config.traits.label}; the fine-tuning methods take encoders, decoders and ViTs.")
     if config.traits.decoder and not config.traits.recurrent and config.arch == "decoder":
