@@ -120,8 +120,8 @@ def _finetune(r):
             [[x["method"], fmt.count(x["trainable_parameters"]), fmt.si(x["predicted_peak_bytes"], "B"),
               fmt.si(x["measured_peak_bytes"], "B"), fmt.seconds(x["step_s"]), f"{x['test_accuracy']:.1%}"]
              for x in r["rows"]],
-            f"all-MiniLM-L6-v2 fine-tuned on Shakespeare vs Milton lines ({r['steps']} steps of {r['batch']}); "
-            "accuracy on lines from passages never seen in training")
+            (f"all-MiniLM-L6-v2 fine-tuned on Shakespeare vs Milton lines ({r['steps']} steps of {r['batch']}); "
+             "accuracy on lines from passages never seen in training"))
 
 
 def _quantize(r):
