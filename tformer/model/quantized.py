@@ -189,4 +189,4 @@ def quantized_linear(spec) -> QuantizedLinear:
     raise TformerError(f"{spec.path}: {spec.bits}-bit weights are not supported; quantize to int8 or int4")
 
 
-__all__ = ["Int4Linear", "Int8Linear", "KERNEL_DTYPE", "PATHS", "QuantizedLinear", "kernels", "quantized_linear"]
+__all__ = ["KERNEL_DTYPE", "PATHS", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "quantized_linear"]
