@@ -77,9 +77,11 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.uses_kernel(x):
             return F.linear(x, self.dequantized().to(x.dtype), self.bias)
-        rows = x.reshape(-1, self.in_features)
-        y = self._kernel(rows.to(KERNEL_DTYPE).contiguous()).to(x.dtype)
-        if self.bias is not None:
+        y = self._kernel(x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous())  # (rows, out) bf16
+        # One op back to x's dtype: adding the fp32 bias to the bf16 product promotes it (decode calls this ~50 times
+        # a token, so each separate cast or add shows).
+        y = torch.add(self.bias, y) if self.bias is not None and self.bias.dtype == x.dtype else y.to(x.dtype)
+        if self.bias is not None and self.bias.dtype != x.dtype:
             y = y + self.bias.to(x.dtype)
         return y.view(*x.shape[:-1], self.out_features)
 
