@@ -61,6 +61,24 @@ def write(section: str, record: dict, m: dict, json_path: str | None, file_it: b
         print(f"{indent}saved in {save(section, record, m)}")
 
 
+def add_run_args(parser, threads_help: str = "torch threads (default: torch's); 1 on a busy machine") -> None:
+    """The options every training bench takes: --threads, --json, --no-save."""
+    parser.add_argument("--threads", type=int, default=None, help=threads_help)
+    parser.add_argument("--json", default=None, help="also write the record to this file")
+    parser.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
+
+
+def begin(args, modes: dict) -> tuple[dict, dict]:
+    """A bench's first act: its settings (each key of ``modes`` holds (default, --quick) values), the thread count
+    set, the machine read and printed. Returns (mode, machine)."""
+    mode = {key: values[1 if args.quick else 0] for key, values in modes.items()}
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    m = machine()
+    print(header(m))
+    return mode, m
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """Plain columns, left-aligned, two spaces apart."""
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]

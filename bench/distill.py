@@ -64,17 +64,11 @@ def main(argv=None) -> int:
     p.add_argument("--temperature", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--fresh", action="store_true", help="train the teacher again even if one is cached")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's); 1 on a busy machine")
-    p.add_argument("--json", default=None)
-    p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
+    _results.add_run_args(p)
     args = p.parse_args(argv)
-    mode = {key: values[1 if args.quick else 0] for key, values in MODES.items()}
+    mode, machine = _results.begin(args, MODES)
     mode["teacher_steps"] = args.teacher_steps or mode["teacher_steps"]
     mode["steps"] = args.steps or mode["steps"]
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    machine = _results.machine()
-    print(_results.header(machine))
     started = time.perf_counter()
     try:
         teacher, source, teacher_s = char.teacher(mode["teacher_steps"], fresh=args.fresh)

@@ -141,15 +141,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer timing repeats and decode tokens")
     p.add_argument("--teacher-steps", type=int, default=TEACHER_STEPS,
                    help="steps of the char model to prune (default 400: bench/distill.py's cached teacher)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's); 1 on a busy machine")
-    p.add_argument("--json", default=None)
-    p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
+    _results.add_run_args(p)
     args = p.parse_args(argv)
-    mode = {key: values[1 if args.quick else 0] for key, values in MODES.items()}
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    machine = _results.machine()
-    print(_results.header(machine))
+    mode, machine = _results.begin(args, MODES)
     started = time.perf_counter()
     try:
         model, source, trained_s = char.teacher(args.teacher_steps)

@@ -143,18 +143,11 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=128, help="language-model context in characters")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch threads (default: torch's); 1 keeps the LSTM's small steps steady on a busy machine")
-    p.add_argument("--json", default=None)
-    p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
+    _results.add_run_args(p, "torch threads (default: torch's); 1 keeps the LSTM's small steps steady on a busy machine")
     args = p.parse_args(argv)
-    mode = {key: values[1 if args.quick else 0] for key, values in MODES.items()}
+    mode, machine = _results.begin(args, MODES)
     mode["lm_steps"] = args.lm_steps or mode["lm_steps"]
     mode["recall_steps"] = args.recall_steps or mode["recall_steps"]
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    machine = _results.machine()
-    print(_results.header(machine))
     started = time.perf_counter()
     try:
         vocab = prepare(DATA, "char").tokenizer().vocab_size
