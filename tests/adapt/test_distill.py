@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from fixed_source import FixedTokenSource
 
 from tformer.adapt.distill import DistillRunner, distillation_loss, every_other, student_from_teacher
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 from tformer.model import build
-from tformer.model.runner_base import Batch
 from tformer.train.loop import TrainArgs, Trainer
 
 
@@ -118,29 +118,11 @@ def test_student_from_a_given_list_and_bad_lists():
         student_from_teacher(build(ModelConfig(arch="rnn", n_layers=2, d_model=16, vocab_size=20)))
 
 
-class _Source:
-    """Fixed random token rows: enough for the loop's next_batch / eval_batches protocol."""
-
-    tokens_per_row = 8
-
-    def __init__(self):
-        self.ids = torch.randint(0, 40, (8, 9), generator=torch.Generator().manual_seed(0))
-
-    def next_batch(self, rows):
-        return Batch({"input_ids": self.ids[:rows, :-1]}, self.ids[:rows, 1:])
-
-    def eval_batches(self, n, rows):
-        return [self.next_batch(rows)]
-
-    def state_dict(self):
-        return {}
-
-
 def test_trainer_runs_the_distillation_loss_and_evaluates_plain_cross_entropy(tmp_path):
     teacher = _teacher("decoder")
     student = student_from_teacher(teacher)
     runner = DistillRunner(student, teacher, alpha=0.0, temperature=2.0)
-    batch = _Source().next_batch(4)
+    batch = FixedTokenSource(40, 8, 8).next_batch(4)
     student.train()
     with torch.no_grad():
         expected = distillation_loss(student(**batch.inputs).logits, teacher(**batch.inputs).logits, batch.targets,
@@ -153,6 +135,6 @@ def test_trainer_runs_the_distillation_loss_and_evaluates_plain_cross_entropy(tm
     before = {k: v.clone() for k, v in teacher.state_dict().items()}
     args = TrainArgs(out=str(tmp_path / "run"), max_steps=2, batch_size=4, warmup=0, eval_interval=2,
                      ckpt_interval=2, eval_batches=1)
-    result = Trainer(student, _Source(), args, log=lambda *_: None, runner=runner).run()
+    result = Trainer(student, FixedTokenSource(40, 8, 8), args, log=lambda *_: None, runner=runner).run()
     assert result["step"] == 2 and math.isfinite(result["val_loss"])
     assert all(torch.equal(before[k], v) for k, v in teacher.state_dict().items())  # the teacher never moves

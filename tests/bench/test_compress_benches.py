@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import torch
+from fixed_source import FixedTokenSource
 
 from tformer.core.config import ModelConfig
 from tformer.model import build
-from tformer.model.runner_base import Batch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -27,22 +27,6 @@ def load(name: str):
         sys.path.remove(str(BENCH))
 
 
-class _Source:
-    tokens_per_row = 12
-
-    def __init__(self):
-        self.ids = torch.randint(0, 30, (32, 13), generator=torch.Generator().manual_seed(0))
-
-    def next_batch(self, rows):
-        return Batch({"input_ids": self.ids[:rows, :-1]}, self.ids[:rows, 1:])
-
-    def eval_batches(self, n, rows):
-        return [self.next_batch(rows)]
-
-    def state_dict(self):
-        return {}
-
-
 def _teacher():
     torch.manual_seed(0)
     return build(ModelConfig(arch="decoder", n_layers=4, d_model=16, n_heads=4, d_ff=32, vocab_size=30,
@@ -51,7 +35,7 @@ def _teacher():
 
 def test_distill_bench_trains_the_three_students():
     bench = load("distill")
-    rows = bench.students(_teacher(), _Source(), steps=2, alpha=0.5, temperature=2.0, lr=1e-3)
+    rows = bench.students(_teacher(), FixedTokenSource(30, 32, 12), steps=2, alpha=0.5, temperature=2.0, lr=1e-3)
     assert [r["student"] for r in rows] == ["scratch", "copied", "distilled"]
     assert rows[1]["val_loss_before"] == rows[2]["val_loss_before"] != rows[0]["val_loss_before"]
     assert len({r["params"] for r in rows}) == 1
@@ -59,7 +43,7 @@ def test_distill_bench_trains_the_three_students():
 
 def test_prune_bench_tables_have_every_row():
     bench = load("prune")
-    model, source = _teacher(), _Source()
+    model, source = _teacher(), FixedTokenSource(30, 32, 12)
     batch = source.next_batch(4)
     mode = {"reps": 1, "decode_tokens": 2}
     unstr = bench.unstructured(model, source, batch, mode)
