@@ -3,16 +3,15 @@ method, equal to tformer.cost.peft) and, for a decoder, the weight bytes and pre
 the benches' measured tables from filed records, one line naming the command for each missing one, one line (no
 traceback) for a malformed one, and a sentence instead of the fine-tuning table for a model the methods do not take."""
 
-import json
 from types import SimpleNamespace
+
+from report_kit import file_record, tables, texts
 
 from tformer.core.config import ModelConfig
 from tformer.core.peft import PeftSpec
 from tformer.cost.peft import training_memory
 from tformer.machine import resolve_hardware
-from tformer.machine.profile_store import bench_results_name
 from tformer.report import section_adapt as S
-from tformer.report.doc import Table, Text
 
 CPU = SimpleNamespace(model="Fake Adapt CPU", physical_cores=2, logical_cpus=2)
 DECODER = ModelConfig(arch="decoder", vocab_size=300, d_model=64, n_heads=4, n_layers=2, d_ff=160, max_positions=96)
@@ -24,16 +23,7 @@ def context(config=DECODER):
 
 
 def filed(tmp_path, monkeypatch, doc):
-    (tmp_path / bench_results_name(CPU.model, 2)).write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    monkeypatch.setattr(S, "RESULTS_DIR", tmp_path)
-
-
-def tables(sec):
-    return [b for b in sec.blocks if isinstance(b, Table)]
-
-
-def texts(sec):
-    return " ".join(b.text for b in sec.blocks if isinstance(b, Text))
+    file_record(tmp_path, monkeypatch, S, CPU, doc)
 
 
 FINETUNE = {"date": "2026-11-25", "steps": 300, "batch": 16, "rows": [

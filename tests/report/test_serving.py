@@ -2,15 +2,15 @@
 table and plot from a filed serve_load record, one line naming the command without one, one line (no
 traceback) for a malformed record, and a sentence instead of the ledger table for an encoder."""
 
-import json
 from types import SimpleNamespace
+
+from report_kit import file_record, tables, texts
 
 from tformer.core.config import ModelConfig
 from tformer.cost.batching import decode_speedups
 from tformer.machine import resolve_hardware
-from tformer.machine.profile_store import bench_results_name
 from tformer.report import section_serving as S
-from tformer.report.doc import Figure, Table, Text
+from tformer.report.doc import Figure
 
 CPU = SimpleNamespace(model="Fake Serve CPU", physical_cores=2, logical_cpus=2)
 DECODER = ModelConfig(arch="decoder", vocab_size=300, d_model=64, n_heads=4, n_layers=2, d_ff=160, max_positions=96)
@@ -33,16 +33,7 @@ def record():
 
 
 def filed(tmp_path, monkeypatch, doc):
-    (tmp_path / bench_results_name(CPU.model, 2)).write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    monkeypatch.setattr(S, "RESULTS_DIR", tmp_path)
-
-
-def tables(sec):
-    return [b for b in sec.blocks if isinstance(b, Table)]
-
-
-def texts(sec):
-    return " ".join(b.text for b in sec.blocks if isinstance(b, Text))
+    file_record(tmp_path, monkeypatch, S, CPU, doc)
 
 
 def test_ledger_table_and_measured_table(tmp_path, monkeypatch):

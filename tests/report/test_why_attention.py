@@ -2,14 +2,13 @@
 steps), the measured table and plots from a filed rnn_vs_transformer record, one line naming the command
 without one, and one line (no traceback) for a malformed record."""
 
-import json
 from types import SimpleNamespace
 
 import pytest
+from report_kit import file_record
 
 from tformer.core.errors import TformerError
 from tformer.cost.rnn_vs_attention import NS, model_pair, param_count
-from tformer.machine.profile_store import bench_results_name
 from tformer.report import plots
 from tformer.report import section_why_attention as W
 from tformer.report.doc import Figure, Table, Text
@@ -39,9 +38,7 @@ def record():
 
 
 def filed(tmp_path, monkeypatch, doc):
-    path = tmp_path / bench_results_name(CPU.model, 2)
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
-    monkeypatch.setattr(W, "RESULTS_DIR", tmp_path)
+    file_record(tmp_path, monkeypatch, W, CPU, doc)
 
 
 @pytest.fixture
