@@ -2,8 +2,6 @@
 lines (default: Shakespeare vs Milton authorship) by full training, a linear head, BitFit, LoRA, adapters, prompt or
 prefix tuning; held-out accuracy at each evaluation and on the test split at the end."""
 import json
-import shlex
-import signal
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -131,7 +129,7 @@ def _finetune(flags, spec: PeftSpec, out: Path, log, progress) -> int:
     from tformer.interop.checkpoint import save_model
     from tformer.measure.bench import torch_device
     from tformer.train.finetune import build_finetune, held_out_scores
-    from tformer.train.interrupt import exit_code, stop_on_signals
+    from tformer.train.interrupt import exit_code, stop_on_signals, stopped_line
     from tformer.train.loop import TrainArgs, Trainer, find_checkpoint
     from tformer.train.metrics import MetricsLog
     from tformer.train.setup import save_run_files
@@ -158,8 +156,7 @@ def _finetune(flags, spec: PeftSpec, out: Path, log, progress) -> int:
     with stop_on_signals(trainer):
         result = trainer.run()
     if "stopped_by" in result:
-        log(f"stopped by {signal.Signals(result['stopped_by']).name} after step {result['step']}; checkpoint in "
-            f"{out / 'checkpoint'}; resume with: tformer finetune --resume --out {shlex.quote(str(out))}")
+        log(stopped_line(result, out, f"tformer {NAME}"))
         return exit_code(result["stopped_by"])
     test = held_out_scores(run_.model, run_.source, "test", rows=max(targs.batch_size, 64))
     MetricsLog(out).write({"step": trainer.step, "test_loss": test["loss"], "test_accuracy": test["accuracy"]})

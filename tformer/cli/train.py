@@ -1,8 +1,6 @@
 """`tformer train`: train a model on real text (or a synthetic task), on CPU, GPU or many (torchrun)."""
 import json
 import math
-import shlex
-import signal
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -160,7 +158,7 @@ def _train(args, out: Path, world, log, progress) -> int:
     """Build, (resume,) train and report, inside the run's lock; the exit code."""
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-    from tformer.train.interrupt import exit_code, stop_on_signals
+    from tformer.train.interrupt import exit_code, stop_on_signals, stopped_line
     from tformer.train.loop import TrainArgs, Trainer, find_checkpoint
     from tformer.train.setup import base_config, build_run, save_run_files
 
@@ -205,8 +203,7 @@ def _train(args, out: Path, world, log, progress) -> int:
         result = trainer.run()
     if "stopped_by" in result:
         launcher = f"torchrun --nproc_per_node={world.size} -m tformer" if world.size > 1 else "tformer"
-        log(f"stopped by {signal.Signals(result['stopped_by']).name} after step {result['step']}; checkpoint in "
-            f"{out / 'checkpoint'}; resume with: {launcher} train --resume --out {shlex.quote(str(out))}")
+        log(stopped_line(result, out, f"{launcher} train"))
         return exit_code(result["stopped_by"])
     if world.rank == 0 and run_.objective == "seq2seq":
         if trainer.fsdp:  # the sharded model cannot decode on rank 0 alone; the final weights can

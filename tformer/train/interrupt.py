@@ -10,16 +10,25 @@ nothing), and the last complete one stays where it was.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
+from pathlib import Path
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-__all__ = ["STOP_SIGNALS", "exit_code", "stop_on_signals"]
+__all__ = ["STOP_SIGNALS", "exit_code", "stop_on_signals", "stopped_line"]
 
 
 def exit_code(signum: int) -> int:
     """The shell's convention for a process ended by ``signum``: 130 for SIGINT, 143 for SIGTERM."""
     return 128 + int(signum)
+
+
+def stopped_line(result: dict, out: Path, command: str) -> str:
+    """What a command prints when a signal stopped its run: the signal, the step, where the checkpoint is, and the
+    command line (``command``, e.g. "tformer train") that resumes it."""
+    return (f"stopped by {signal.Signals(result['stopped_by']).name} after step {result['step']}; checkpoint in "
+            f"{out / 'checkpoint'}; resume with: {command} --resume --out {shlex.quote(str(out))}")
 
 
 @contextlib.contextmanager
