@@ -10,8 +10,8 @@ from tformer.adapt.quantize import dynamic_int8, quantize_model
 from tformer.core.config import preset
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
-from tformer.machine.device import Device
 from tformer.cost.roofline import roofline
+from tformer.machine.device import Device
 from tformer.model import build
 from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear, kernels
 
@@ -143,3 +143,44 @@ def test_decode_roofline_time_falls_with_the_weight_bytes():
         lg = ledger(preset("gpt2", quantize=to), Workload(phase="decode", batch=1, seq=1))
         times[to] = roofline(lg, device, model="peak").time_s
     assert times["none"] > 3 * times["int8"] > 3 * 1.5 * times["int4"]
+
+
+@pytest.mark.skipif(not kernels()[8], reason="this PyTorch has no int8 CPU kernel")
+@pytest.mark.parametrize("kernel_faster", [True, False])
+def test_auto_takes_the_path_measured_faster_once_per_shape(monkeypatch, kernel_faster):
+    """"auto" times both paths at a shape's first call and keeps the faster: the reference where the kernel measured
+    slower (a CPU without native bf16), the kernel where it measured faster; later calls of the shape do not time."""
+    from tformer.model import quantized as Q
+
+    monkeypatch.setattr(Q, "_CHOICES", {})
+    timings = []
+
+    def timed(self, x):
+        timings.append(tuple(x.shape))
+        return kernel_faster
+
+    monkeypatch.setattr(QuantizedLinear, "_kernel_measured_faster", timed)
+    w, layer = _layer(Int8Linear, {}, 37, 64, True)
+    x = torch.randn(1, 64)
+    with torch.no_grad():
+        y = layer(x)
+        layer(torch.randn(1, 64))
+        layer(torch.randn(5, 64))  # another bucket of rows: timed again
+        layer.path = "kernel" if kernel_faster else "reference"
+        assert torch.equal(y, layer(x))
+    assert timings == [(1, 64), (5, 64)]
+
+
+def test_the_timing_itself_picks_a_path_and_counts_no_flops():
+    """The real measurement: it runs both paths outside any dispatch mode, so a FlopCounterMode around the first
+    call counts only the one product the call makes."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tformer.model import quantized as Q
+
+    Q._CHOICES.clear()
+    _, layer = _layer(Int8Linear, {}, 48, 64, False)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        layer(torch.randn(1, 64))
+    assert isinstance(next(iter(Q._CHOICES.values())), bool)
+    assert counter.get_total_flops() in (0, 2 * 48 * 64)  # the kernel's op is not an aten.mm; the reference's is

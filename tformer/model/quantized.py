@@ -5,21 +5,27 @@ Stored layouts (plain tensors, safetensors-ready, the same on every CPU; tformer
     Int4Linear  weight (out, in/2) uint8 (input 2j low nibble, 2j+1 high), scale and zero (out, in/group) bf16:
                 W[:, i] = (q[:, i] - 8) * scale[:, i // group] + zero[:, i // group],  q in 0..15
 
-Two paths compute y = x W^T + b. ``reference``: dequantise W to fp32, then F.linear (the teaching path, the
-one on CUDA and wherever a kernel is missing). ``kernel``: torch's CPU weight-only kernels,
+Two paths compute y = x W^T + b; ``path`` "auto" takes the one measured faster here, per shape (below).
+``reference``: dequantise W to fp32, then F.linear (the teaching path, the one on CUDA and wherever a kernel is
+missing). ``kernel``: torch's CPU weight-only kernels,
 ``torch._weight_int8pack_mm`` and ``torch._weight_int4pack_mm_for_cpu`` (int4 after repacking into
 ``torch._convert_weight_to_int4pack_for_cpu``'s layout, which depends on the CPU's vector width and so is never
 saved: it is rebuilt from the stored weight when that changes). Both kernels are vectorised for bf16
-activations and run fp32 ones element by element (measured here: int8 at 1 row, fp32 in 4x slower than fp32
-F.linear, bf16 in 2.5x faster), so the kernel path rounds the input to bf16 and returns fp32: it equals the
-reference within bf16 rounding (about 3e-3 relative), which tests hold.
+activations and run fp32 ones element by element (on an AVX-512 Xeon: int8 at 1 row, fp32 in 4x slower than
+fp32 F.linear, bf16 in 2.5x faster), so the kernel path rounds the input to bf16 and returns fp32: it equals the
+reference within bf16 rounding (about 3e-3 relative), which tests hold. A CPU without native bf16 may find the
+reference faster: the choice is timed on the machine, at each layer shape's first call (``uses_kernel``).
 """
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import _disable_current_modes
 
 from tformer.core.errors import TformerError
 
@@ -27,6 +33,11 @@ KERNEL_DTYPE = torch.bfloat16  # the activation dtype the CPU kernels are vector
 INT4_MID = 8  # the kernel's int4 values 0..15 are centred on 8
 _INT4_N_MULTIPLE = 16  # the int4 CPU packer takes whole blocks of 16 output rows; rows beyond pad with zeros
 PATHS = ("auto", "kernel", "reference")
+# "auto" times both paths at a layer shape's first call, per bucket of rows (decode's 1, a few, a prefill's many)
+# and thread count; the faster one serves that shape for the rest of the process.
+ROW_BUCKETS = (1, 8, 64, 1 << 62)
+CHOICE_REPS = 3
+_CHOICES: dict[tuple, bool] = {}
 
 
 def kernels() -> dict[str, bool]:
@@ -69,13 +80,42 @@ class QuantizedLinear(nn.Module):
         raise NotImplementedError
 
     def uses_kernel(self, x: torch.Tensor) -> bool:
+        """The kernel where it exists and measured faster than the reference on this machine, for this shape."""
         if self.path != "auto":
             return self.path == "kernel"
-        return _KERNELS[self.bits] and x.device.type == "cpu" and self.weight.device.type == "cpu" \
-            and not torch.compiler.is_compiling()
+        if not (_KERNELS[self.bits] and x.device.type == "cpu" and self.weight.device.type == "cpu"
+                and not torch.compiler.is_compiling()):
+            return False
+        rows = x.numel() // self.in_features
+        key = (self.bits, getattr(self, "group", 0), self.out_features, self.in_features,
+               next(b for b in ROW_BUCKETS if rows <= b), torch.get_num_threads())
+        found = _CHOICES.get(key)
+        if found is None:
+            found = _CHOICES[key] = self._kernel_measured_faster(x)
+        return found
+
+    def _kernel_measured_faster(self, x: torch.Tensor) -> bool:
+        """Both paths timed on this layer's own weight and input (alternating, the median of CHOICE_REPS after a
+        warm-up): whether the kernel's bf16 rounding pays depends on the CPU (native bf16 or not), so no rule is
+        written here. Outside any dispatch mode, so a FlopCounterMode or profiler around the first call does not
+        count the timing's products."""
+        times: dict[bool, list[float]] = {True: [], False: []}
+        with torch.no_grad(), _disable_current_modes():
+            for kernel in (True, False):
+                self._run(x, kernel)
+            for _ in range(CHOICE_REPS):
+                for kernel in (True, False):
+                    start = time.perf_counter()
+                    self._run(x, kernel)
+                    times[kernel].append(time.perf_counter() - start)
+        return statistics.median(times[True]) < statistics.median(times[False])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.uses_kernel(x):
+        return self._run(x, self.uses_kernel(x))
+
+    def _run(self, x: torch.Tensor, kernel: bool) -> torch.Tensor:
+        """y = x W^T + b through the kernel or the reference (dequantise, then F.linear)."""
+        if not kernel:
             return F.linear(x, self.dequantized().to(x.dtype), self.bias)
         y = self._kernel(x.reshape(-1, self.in_features).to(KERNEL_DTYPE).contiguous())  # (rows, out) bf16
         # One op back to x's dtype: adding the fp32 bias to the bf16 product promotes it (decode calls this ~50 times
