@@ -160,7 +160,7 @@ def test_auto_takes_the_path_measured_faster_once_per_shape(monkeypatch, kernel_
         return kernel_faster
 
     monkeypatch.setattr(QuantizedLinear, "_kernel_measured_faster", timed)
-    w, layer = _layer(Int8Linear, {}, 37, 64, True)
+    _, layer = _layer(Int8Linear, {}, 37, 64, True)
     x = torch.randn(1, 64)
     with torch.no_grad():
         y = layer(x)
