@@ -87,7 +87,7 @@ def build(works: dict[str, dict[str, str]], seed: int = 0, passage: int = PASSAG
     splits = {s: ([], []) for s in SPLITS}
     assignment = {}
     for label, cls in enumerate(CLASSES):
-        by_split = _assign_works(per_class[cls], rng)
+        by_split = _assign_passages(per_class[cls], rng)
         assignment[cls] = {s: sorted(names) for s, names in by_split.items()}
         for split, names in by_split.items():
             rows = [line for name in sorted(names) for line in per_class[cls][name]]
@@ -100,7 +100,7 @@ def build(works: dict[str, dict[str, str]], seed: int = 0, passage: int = PASSAG
                         f"authorship-v{VERSION}-seed{seed}")
 
 
-def _assign_works(lines: dict[str, list[str]], rng) -> dict[str, list[str]]:
+def _assign_passages(lines: dict[str, list[str]], rng) -> dict[str, list[str]]:
     """Passages in a seeded order, each to the split furthest below its share of the lines; every split gets one."""
     names = [sorted(lines)[i] for i in rng.permutation(len(lines))]
     total = sum(len(v) for v in lines.values())
