@@ -46,3 +46,19 @@ def device(request) -> torch.device:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     return dev
+
+
+# The tests whose outcome depends on what torch itself does (FLOP formulas, kernels' numerics against the
+# references, torch.compile, the ONNX exporter): .ci/run runs them a second time on the other end of the
+# supported torch range (pyproject's lower bound and the newest torch pip offers), in a second environment.
+TORCH_BEHAVIOUR = (
+    "tests/cost/", "tests/interop/", "tests/adapt/", "tests/model/", "tests/measure/test_flops.py",
+    "tests/measure/test_profile.py", "tests/generate/test_generate_compiled.py", "tests/generate/test_generate_hf.py",
+    "tests/train/test_train_compile.py", "tests/cli/test_count_objective.py", "tests/cli/test_export_cli.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.relative_to(config.rootpath).as_posix().startswith(TORCH_BEHAVIOUR):
+            item.add_marker(pytest.mark.torch_behaviour)

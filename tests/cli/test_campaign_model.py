@@ -269,7 +269,7 @@ EXPORT = [
         lambda k: ["export", "--ckpt", str(k.ckpt()), "--out", read_only(k)]),
     case("export-ckpt-missing", "does not exist")(
         lambda k: ["export", "--ckpt", str(k.dir / "gone"), "--out", str(k.dir / "out")]),
-    case("export-out-is-ckpt", "checkpoint folder itself")(
+    case("export-out-is-ckpt", "itself; inputs are never overwritten")(
         lambda k: ["export", "--ckpt", str(k.ckpt()), "--out", str(k.dir / "ckpt")]),
     case("export-weights-header-lies", "header")(
         lambda k: ["export", "--ckpt", header_lies(k), "--out", str(k.dir / "out")]),

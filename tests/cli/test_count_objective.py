@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import preset
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 from tformer.train.objectives import text_objective
 
@@ -60,7 +60,7 @@ def test_count_objective_equals_the_model_training_builds(objective):
     kwargs = {"decoder_input_ids": ids} if config.arch == "encoder-decoder" else {}
     if objective.startswith("mlm+"):
         kwargs["token_type_ids"] = (torch.arange(SEQ) >= SEQ // 2).long().expand(2, SEQ)
-    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+    with torch.no_grad(), FlopCounter() as fc:
         model(ids, **kwargs)
     assert out["flops"]["matmul"] == fc.get_total_flops()
 

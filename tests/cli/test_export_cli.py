@@ -51,5 +51,5 @@ def test_export_errors_are_one_line_exit_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "does not exist" in err
     _, run = _run_dir(tmp_path, preset("char-small").with_overrides(["n_layers=1"]))
     assert main(["export", "--ckpt", str(run), "--out", str(run)]) == 2
-    assert "checkpoint folder itself" in capsys.readouterr().err
+    assert "itself; inputs are never overwritten" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()  # nothing half-written

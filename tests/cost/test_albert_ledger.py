@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig, preset
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 
 SEQ = 128
@@ -29,7 +29,7 @@ def test_tiny_albert_params_and_flops_equal_torch(share):
     model = build(config).eval()
     assert ledger(config, Workload(seq=8)).params["total"] == sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, 97, (2, 11))
-    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+    with torch.no_grad(), FlopCounter() as fc:
         model(ids)
     assert ledger(config, Workload(phase="forward", batch=2, seq=11)).flops["matmul"] == fc.get_total_flops()
 

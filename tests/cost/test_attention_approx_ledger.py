@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.cost.ledger import Workload, ledger
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 
 CAUSAL = ["linear", "performer", "lsh"]
@@ -26,7 +26,7 @@ def _config(name, arch, **kw):
 
 def _count(model, ids, train):
     model.train(train)
-    with torch.set_grad_enabled(train), FlopCounterMode(display=False) as fc:
+    with torch.set_grad_enabled(train), FlopCounter() as fc:
         out = model(ids)
         if train:
             out.logits.float().sum().backward()
@@ -52,9 +52,9 @@ def test_prefill_and_decode_flops_and_cache_bytes_equal_the_model(name):
     model = build(config).eval()
     with torch.no_grad():
         cache = model.new_cache()
-        with FlopCounterMode(display=False) as prefill:
+        with FlopCounter() as prefill:
             model(torch.randint(0, 40, (2, 7)), past_key_values=cache)
-        with FlopCounterMode(display=False) as step:
+        with FlopCounter() as step:
             model(torch.randint(0, 40, (2, 1)), past_key_values=cache)
     assert ledger(config, Workload(phase="prefill", batch=2, seq=7)).flops["matmul"] == prefill.get_total_flops()
     decode = ledger(config, Workload(phase="decode", batch=2, seq=8, context=7))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.cost.attention_exact import tiled_blocks
 from tformer.cost.ledger import ledger
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 
 KINDS = ("tiled", "chunked")
@@ -26,7 +26,7 @@ def _counted(model, config, seq, train):
     ids = torch.randint(0, 50, (2, seq))
     kwargs = {"decoder_input_ids": torch.randint(0, 50, (2, seq))} if config.arch == "encoder-decoder" else {}
     model.train(train)
-    with torch.set_grad_enabled(train), FlopCounterMode(display=False) as fc:
+    with torch.set_grad_enabled(train), FlopCounter() as fc:
         out = model(ids, **kwargs)
         if train:
             out.logits.sum().backward()
@@ -65,7 +65,7 @@ def test_a_decode_step_costs_what_the_model_counts():
     cache = model.new_cache()
     with torch.no_grad():
         model(torch.randint(0, 50, (2, 21)), past_key_values=cache)
-        with FlopCounterMode(display=False) as fc:
+        with FlopCounter() as fc:
             model(torch.randint(0, 50, (2, 1)), past_key_values=cache)
     assert ledger(config, phase="decode", batch=2, seq=22).flops["matmul"] == fc.get_total_flops()
 

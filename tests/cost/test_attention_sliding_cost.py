@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.cost.attention_sliding import block_plan, cache_positions
 from tformer.cost.ledger import ledger
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 
 
@@ -20,7 +20,7 @@ def _config(arch="decoder", **kw):
 
 
 def _flops(fn) -> int:
-    with FlopCounterMode(display=False) as fc:
+    with FlopCounter() as fc:
         fn()
     return fc.get_total_flops()
 

@@ -3,10 +3,10 @@ step), and the attention FLOPs and scores bytes grow with n·w (longformer, bigb
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.cost.ledger import ledger
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 
 
@@ -20,7 +20,7 @@ def _config(kind, arch, **kw):
 
 def _counted(model, ids, train):
     model.train(train)
-    with torch.set_grad_enabled(train), FlopCounterMode(display=False) as fc:
+    with torch.set_grad_enabled(train), FlopCounter() as fc:
         out = model(ids)
         if train:
             out.logits.sum().backward()
@@ -42,7 +42,7 @@ def test_ledger_flops_equal_flop_counter(kind, arch):
         cache = model.new_cache()
         with torch.no_grad():
             model(ids[:, :22], past_key_values=cache)
-            with FlopCounterMode(display=False) as fc:
+            with FlopCounter() as fc:
                 model(ids[:, 22:], past_key_values=cache)
         assert ledger(config, phase="decode", batch=2, seq=23, context=22).flops["matmul"] == fc.get_total_flops()
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig, preset, preset_names
 from tformer.cost.ledger import Workload, ledger
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 
 # Presets small enough to run for real on a CPU in a test; the rest run on the meta device.
@@ -70,7 +70,7 @@ def _outputs_sum(out):
 def torch_flops(model, config, batch, seq, seq_dec=None, train=False, device="cpu") -> int:
     args, kwargs = _inputs(config, batch, seq, seq_dec, device)
     model.train(train)
-    with torch.set_grad_enabled(train), FlopCounterMode(display=False) as fc:
+    with torch.set_grad_enabled(train), FlopCounter() as fc:
         out = model(*args, **kwargs)
         if train:
             _outputs_sum(out).backward()
@@ -87,13 +87,13 @@ def decode_step(model, config, batch, context, src_len=4):
             cache = model.new_cache()
             if context:
                 model(decoder_input_ids=_ids(config, batch, context, "cpu"), encoder_outputs=memory, past_key_values=cache)
-            with FlopCounterMode(display=False) as fc:
+            with FlopCounter() as fc:
                 model(decoder_input_ids=_ids(config, batch, 1, "cpu"), encoder_outputs=memory, past_key_values=cache)
         else:
             cache = model.new_cache()
             if context:
                 model(_ids(config, batch, context, "cpu"), past_key_values=cache)
-            with FlopCounterMode(display=False) as fc:
+            with FlopCounter() as fc:
                 model(_ids(config, batch, 1, "cpu"), past_key_values=cache)
     return fc.get_total_flops(), cache
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.cost.architecture import describe
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.recurrent import recurrent_params, recurrent_step_flops, sequential_steps, state_bytes
+from tformer.measure.flops import FlopCounter
 from tformer.model import build, runner_for
 
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
@@ -25,9 +25,8 @@ def config(cell, **kw):
 
 
 def _flops(fn) -> int:
-    # On a CPU torch runs the LSTM through oneDNN, one op FlopCounterMode does not see; off, it runs the
-    # cell's matmuls (as the teaching path and cuDNN compute them).
-    with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as fc:
+    # FlopCounter turns oneDNN's fused LSTM off (FlopCounterMode has no formula for it): the cell's matmuls run.
+    with FlopCounter() as fc:
         fn()
     return fc.get_total_flops()
 

@@ -4,13 +4,13 @@ cost's growth with the source; the description names the model's parameters."""
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.cost.architecture import describe
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.recurrent import recurrent_params
 from tformer.cost.recurrent_attention import attention_keys_flops, attention_params, attention_step_flops
+from tformer.measure.flops import FlopCounter
 from tformer.model import build, runner_for
 
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
@@ -24,7 +24,7 @@ def config(**kw):
 
 def _flops(fn) -> int:
     # As tests/cost/test_recurrent_ledger.py: without oneDNN torch runs the cells' matmuls, which the counter sees.
-    with torch.backends.mkldnn.flags(enabled=False), FlopCounterMode(display=False) as fc:
+    with FlopCounter() as fc:
         fn()
     return fc.get_total_flops()
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.utils.flop_counter import FlopCounterMode
 
 from tformer.core.config import ModelConfig
 from tformer.cost.architecture import describe
 from tformer.cost.ledger import ledger
+from tformer.measure.flops import FlopCounter
 from tformer.model import build
 
 # (arch, task, pooling): every pooling for sequence classification on both stacks, the per-token tasks once each
@@ -60,7 +60,7 @@ def counted_flops(model, config, batch: int, seq: int, train: bool) -> int:
     mask[0, seq // 2 + 1:] = 0  # one row padded on the right
     ids[mask == 0] = 0
     model.train(train)
-    with torch.set_grad_enabled(train), FlopCounterMode(display=False) as fc:
+    with torch.set_grad_enabled(train), FlopCounter() as fc:
         out = model(ids, attention_mask=mask, **(_labels(config, batch, seq) if train else {}))
         if train:
             out.loss.backward()

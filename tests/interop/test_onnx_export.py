@@ -120,7 +120,7 @@ def test_cli_exports_a_preset_and_a_checkpoint(tmp_path, capsys):
     (["--format", "tflite", "--preset", "gpt2"], "--format tflite is unknown; choose one of: hf, onnx"),
     (["--format", "onnx", "--preset", "char-small", "--set", "arch=rnn"], "supports decoder, encoder"),
     (["--format", "onnx", "--preset", "gpt2", "--set", "attn_impl=tiled"], "'tiled' does not export to ONNX"),
-    (["--preset", "gpt2"], "only --format onnx"),
+    (["--ckpt", "run", "--set", "n_layers=1"], "--set overrides a --preset's fields"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, words):
     assert main(["export", *argv, "--out", str(tmp_path / "out")]) == 2

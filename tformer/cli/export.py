@@ -1,8 +1,9 @@
-"""`tformer export`: a tformer checkpoint or training run as a Hugging Face folder, or as an ONNX graph.
+"""`tformer export`: a model (a run, a Hugging Face folder, a preset) as a Hugging Face folder or an ONNX graph.
 
     tformer export --ckpt runs/shakespeare --out hf/shakespeare
     python -c "import transformers; transformers.AutoModelForCausalLM.from_pretrained('hf/shakespeare')"
     tformer export --format onnx --ckpt runs/shakespeare --out onnx/shakespeare
+    tformer export --format onnx --hf all-minilm-l6-v2 --out onnx/minilm
     tformer export --format onnx --preset bert-base --set task=sequence-classification --out onnx/bert
 
 The folder holds config.json + model.safetensors in the layout `transformers` loads for the model's
@@ -11,54 +12,46 @@ tformer tokenizer, if any, is saved beside them (tformer-tokenizer.json and its 
 
 --format onnx writes model.onnx (dynamic batch and sequence axes) and onnx.json (its input and output
 names and axes: tformer.interop.onnx_export), then runs the graph in ONNX Runtime on inputs of another
-shape and prints the largest difference from PyTorch, so every export is checked. --preset exports a
-randomly initialised model of a preset (with --set overrides) instead of a checkpoint.
+shape and prints the largest difference from PyTorch, so every export is checked. The model comes from any
+source the other commands read (tformer.cli._source): --ckpt, --hf (a folder or a packaged name), or --preset
+(randomly initialised, with --set overrides and --seed).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from tformer.cli._source import add_source_arguments, check_output, load_model
 from tformer.core.atomic import check_output_dir
 from tformer.core.errors import TformerError
 from tformer.interop.hf_config import hf_family
 
 NAME = "export"
-HELP = "Export a training run or checkpoint to a Hugging Face folder or an ONNX graph (--format onnx)."
+HELP = "Export a model (--ckpt, --hf or --preset) to a Hugging Face folder or an ONNX graph (--format onnx)."
 FORMATS = ("hf", "onnx")
 
 
 def add_arguments(parser) -> None:
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--ckpt", metavar="DIR",
-                     help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
-    src.add_argument("--preset", metavar="NAME", help="(--format onnx) a preset, randomly initialised")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="(--preset) override a config field")
+    add_source_arguments(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
     parser.add_argument("--format", default="hf", metavar="FORMAT",
                         help="hf: a Hugging Face folder (default); onnx: model.onnx + onnx.json, checked in ONNX Runtime")
-    parser.add_argument("--seed", type=int, default=0, help="(--preset) the initialisation seed")
 
 
 def run(args) -> int:
     if args.format not in FORMATS:
         raise TformerError(f"--format {args.format} is unknown; choose one of: {', '.join(FORMATS)}")
-    if args.format == "hf" and args.preset:
-        raise TformerError("--preset exports a random model, which only --format onnx writes; pass --ckpt for hf")
     if args.set and not args.preset:
         raise TformerError("--set overrides a --preset's fields; a checkpoint keeps its own config")
+    check_output(args, args.out)  # inputs are never written: refused before any work
     check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
     if args.format == "onnx":
         return _run_onnx(args)
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-    from tformer.interop.checkpoint import load_checkpoint
     from tformer.interop.hf import save_hf
 
-    src, out = Path(args.ckpt), Path(args.out)
-    if out.resolve() == src.resolve():
-        raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder for the export")
-    model, tokenizer = load_checkpoint(src)
+    out = Path(args.out)
+    model, tokenizer, _ = load_model(args)
     model_type, _ = hf_family(model.config)  # a config no Hugging Face family can hold fails here, in one line
     save_hf(model, out)
     with_tokenizer = ""
@@ -74,24 +67,12 @@ def run(args) -> int:
 
 def _run_onnx(args) -> int:
     # deferred: torch and the exporter load only when this command runs
-    import torch
-
-    from tformer.interop.checkpoint import load_checkpoint
     from tformer.interop.config import load_config
     from tformer.interop.onnx_export import check_exportable, export_onnx
-    from tformer.model import build
 
     if args.preset:
-        config = load_config(args.preset, args.set)
-        check_exportable(config)  # before building: an RNN preset fails here, in a second
-        torch.manual_seed(args.seed)
-        model, what = build(config), f"{config.name} (random init, seed {args.seed})"
-    else:
-        src, out = Path(args.ckpt), Path(args.out)
-        if out.resolve() == src.resolve():
-            raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder for the export")
-        model, _ = load_checkpoint(src)
-        what = model.config.name
+        check_exportable(load_config(args.preset, args.set))  # before building: an RNN preset fails here, in a second
+    model, _, what = load_model(args)
     result = export_onnx(model, args.out)
     axes = ", ".join(f"{name} ({' x '.join(axes)})" for name, axes in result.inputs.items())
     print(f"exported {what} ({model.num_parameters():,} parameters) as ONNX opset {result.opset} to {result.path} "

@@ -7,6 +7,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from types import SimpleNamespace
 
+from tformer.cli._source import check_output
 from tformer.core.atomic import atomic_write_text, check_output_dir
 from tformer.core.errors import TformerError
 from tformer.core.peft import DEFAULT_TARGETS, METHODS, PeftSpec
@@ -77,6 +78,7 @@ def _shown(name: str, default) -> str:
 
 
 def run(args) -> int:
+    check_output(args, args.out, flags=("--from", "--data"))  # inputs are never written
     check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast

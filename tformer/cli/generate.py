@@ -10,18 +10,13 @@ from __future__ import annotations
 import json
 import sys
 
+from tformer.cli._source import add_source_arguments, load_model
 from tformer.core.errors import TformerError
 
 NAME = "generate"
 HELP = ("Generate text with the KV cache (greedy, sampling or beam search; --compile for a compiled step); prints "
         "prefill and decode tokens/s.")
 MAX_BATCH = 65536  # copies of one prompt; more is a typo, not a workload
-
-
-def add_source_arguments(parser) -> None:
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument("--ckpt", metavar="DIR", help="training output: config.json + model.safetensors (+ tokenizer)")
-    src.add_argument("--hf", metavar="DIR", help="a local Hugging Face model folder (config.json, weights, tokenizer.json)")
 
 
 def add_decoding_arguments(parser, default_max: int) -> None:
@@ -56,21 +51,12 @@ def add_decoding_arguments(parser, default_max: int) -> None:
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser)
+    add_source_arguments(parser, seed=False)  # --seed seeds the sampler, and a --preset's initialisation
     parser.add_argument("--prompt", action="append", default=None,
                         help="prompt text (repeat for a batch); default: read stdin")
     parser.add_argument("--prompt-ids", action="append", default=None, metavar="IDS",
                         help="prompt as comma-separated token ids, e.g. 1,2,3 (repeat for a batch)")
     add_decoding_arguments(parser, default_max=64)
-
-
-# Loading ------------------------------------------------------------------------------------
-def load_source(args):
-    """(model, tokenizer or None, a label for the output) from --ckpt or --hf."""
-    # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-    from tformer.interop.source import load_source as load
-
-    return load(args.ckpt, args.hf)
 
 
 # Settings -----------------------------------------------------------------------------------
@@ -180,7 +166,7 @@ def run(args) -> int:
     from tformer.generate import generate
 
     cfg = generation_config(args)
-    model, tokenizer, label = load_source(args)
+    model, tokenizer, label = load_model(args)
     traits = model.config.traits
     if not traits.decoder:
         raise TformerError(f"{label} is {traits.label}; it cannot generate text. "

@@ -2,6 +2,7 @@
 
     tformer prune --ckpt runs/shakespeare --heads 1 --ffn 0.25 --out runs/pruned      # structured: smaller model
     tformer prune --ckpt runs/shakespeare --sparsity 0.5 --out runs/sparse             # unstructured: zeros
+    tformer prune --hf all-minilm-l6-v2 --heads 2 --out runs/minilm-pruned            # any model source
 
 Structured pruning removes the ``--heads`` least important heads of every attention and ``--ffn`` of every feed-forward
 block's neurons (each layer ranks its own, by weight norms), so the saved model is smaller and the ledger recounts it
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tformer.cli._source import add_source_arguments, check_output, load_model
 from tformer.core.atomic import check_output_dir
 from tformer.core.errors import TformerError
 
@@ -23,7 +25,7 @@ HELP = "Prune a checkpoint: remove attention heads and FFN neurons, or zero its 
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--ckpt", required=True, metavar="DIR", help="a training output folder or checkpoint")
+    add_source_arguments(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="the folder to write the pruned checkpoint to")
     parser.add_argument("--heads", type=int, default=0, metavar="N", help="heads to remove from every attention")
     parser.add_argument("--ffn", type=float, default=0.0, metavar="F",
@@ -42,15 +44,14 @@ def run(args) -> int:
         raise TformerError("--sparsity zeroes weights and --heads/--ffn remove them; choose one kind per run")
     if args.per_layer and args.sparsity is None:
         raise TformerError("--per-layer applies to --sparsity; drop it or give --sparsity")
-    src, out = Path(args.ckpt), Path(args.out)
-    if out.resolve() == src.resolve():
-        raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder for the pruned model")
+    out = Path(args.out)
+    check_output(args, out)  # inputs are never written: refused before any work
     check_output_dir(args.out)  # an unwritable --out fails in the first second, not after the work
     # deferred: torch and the model load only when this command runs, so `tformer --help` stays fast
     from tformer.adapt.prune import magnitude_prune, prune_structured
-    from tformer.interop.checkpoint import load_checkpoint, save_model
+    from tformer.interop.checkpoint import save_model
 
-    model, tokenizer = load_checkpoint(src)
+    model, tokenizer, _ = load_model(args)
     before = sum(p.numel() for p in model.parameters())
     if structured:
         pruned = prune_structured(model, heads=args.heads, ffn=args.ffn)

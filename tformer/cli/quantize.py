@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tformer.cli._source import add_source_arguments, check_output, load_model
 from tformer.core import fmt
 from tformer.core.atomic import check_output_dir
 from tformer.core.config import QUANT_GROUPS
@@ -26,8 +27,7 @@ TARGETS = ("int8", "int4")  # tformer.adapt.quantize.TARGETS, repeated so --help
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--ckpt", required=True, metavar="DIR",
-                        help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
+    add_source_arguments(parser)
     parser.add_argument("--to", required=True, metavar="BITS", help="int8 (per output row) or int4 (grouped)")
     parser.add_argument("--group", type=int, default=None, metavar="N",
                         help=f"int4: inputs per scale and zero, one of {', '.join(map(str, QUANT_GROUPS))} "
@@ -42,26 +42,37 @@ def run(args) -> int:
     if args.group is not None and args.to == "int4" and args.group not in QUANT_GROUPS:
         raise TformerError(f"--group {args.group} is not a supported int4 group size; choose one of: "
                            f"{', '.join(map(str, QUANT_GROUPS))}")
+    out = Path(args.out)
+    check_output(args, out)  # inputs are never written: refused before any work
     check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.adapt.quantize import quantize_model
-    from tformer.interop.checkpoint import WEIGHTS_FILE, load_checkpoint, model_dir, save_model
+    from tformer.interop.checkpoint import WEIGHTS_FILE, save_model
 
-    src, out = Path(args.ckpt), Path(args.out)
-    if out.resolve() in (src.resolve(), model_dir(src).resolve()):
-        raise TformerError(f"--out {out} is the checkpoint folder itself; choose a new folder")
-    model, tokenizer = load_checkpoint(src)
+    model, tokenizer, _ = load_model(args)
     quantized = quantize_model(model, args.to, args.group)
     save_model(quantized, out)
     if tokenizer is not None:
         tokenizer.save(out / "tokenizer")
-    before, after = (model_dir(src) / WEIGHTS_FILE).stat().st_size, (out / WEIGHTS_FILE).stat().st_size
+    # Both sides as tformer writes them (the source may be a Hugging Face folder or a preset, in another layout).
+    before = _weight_bytes(model)
+    after = (out / WEIGHTS_FILE).stat().st_size
     c = quantized.config
     what = f"{c.quantize}" + (f" (group {c.quant_group})" if c.quant_group else "")
     if args.json:
         print(json.dumps({"out": str(out), "quantize": c.quantize, "quant_group": c.quant_group,
                           "bytes_before": before, "bytes_after": after}, indent=1))
         return 0
-    print(f"quantized {c.name} to {what}: {WEIGHTS_FILE} {fmt.nbytes(before)} -> {fmt.nbytes(after)} "
+    print(f"quantized {c.name} to {what}: weights {fmt.nbytes(before)} -> {WEIGHTS_FILE} {fmt.nbytes(after)} "
           f"({before / after:.2f}x smaller), saved to {out}")
     return 0
+
+
+def _weight_bytes(model) -> int:
+    """The bytes of the model's distinct tensors (a tied embedding once), as a checkpoint stores them."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from tformer.cli.generate import add_source_arguments
+from tformer.cli._source import add_source_arguments, load_model
 from tformer.core.errors import TformerError
 
 NAME = "serve"
@@ -51,12 +51,11 @@ def _check(args) -> None:
 def run(args) -> int:
     _check(args)
     # deferred: torch, FastAPI and uvicorn load only when this command runs, so `tformer --help` stays fast
-    from tformer.interop.source import load_source
     from tformer.serve import ServeSettings, bind, create_app, is_loopback, make_server
     from tformer.serve import run as serve_until_signal
 
     sock = bind(args.host, args.port)  # before loading the model: a port in use fails at once
-    model, tokenizer, label = load_source(args.ckpt, args.hf)
+    model, tokenizer, label = load_model(args)
     settings = ServeSettings(max_batch=args.max_batch, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
                              request_timeout=args.request_timeout, batch_window_ms=args.batch_window_ms,
                              api_key=args.api_key, normalize=not args.no_normalize)

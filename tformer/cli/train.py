@@ -5,6 +5,7 @@ from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
+from tformer.cli._source import check_output
 from tformer.core.atomic import atomic_write_text, check_output_dir
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
@@ -77,6 +78,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    # Inputs are never written: a run folder inside (or holding) a model, config, corpus or tokenizer is refused.
+    check_output(args, args.out, flags=("--hf", "--config", "--data", "--tokenizer"))
     check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast

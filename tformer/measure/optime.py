@@ -15,8 +15,8 @@ How (and why this way):
   that lists the others in ``covers``. When none lies there (a reshape between q_proj and k_proj,
   the add of the position table), the time goes to the op just before.
 - FLOPs per row come from the same attribution, counted by torch's FlopCounterMode formulas
-  (``torch.utils.flop_counter.flop_registry``) in a separate, untimed pass, so counting never
-  slows the timed steps.
+  (``tformer.measure.flops.FORMULAS``: torch's registry plus what the installed torch lacks) in a
+  separate, untimed pass on the counted path, so counting never slows the timed steps.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
+
+from tformer.measure.flops import FORMULAS, counted_path
 
 
 @dataclass
@@ -81,13 +82,25 @@ class FlopRecorder(TorchDispatchMode):
     def __init__(self, timeline: Timeline):
         super().__init__()
         self.timeline = timeline
+        self._path = None
+
+    def __enter__(self):
+        self._path = counted_path()
+        self._path.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._path.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func._overloadpacket
-        if packet in flop_registry:
-            self.timeline.add_flops(flop_registry[packet](*args, **kwargs, out_val=out))
+        if packet in FORMULAS:
+            self.timeline.add_flops(FORMULAS[packet](*args, **kwargs, out_val=out))
         return out
 
 

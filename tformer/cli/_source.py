@@ -1,0 +1,48 @@
+"""The model source every command that reads a model accepts (not a command itself): --ckpt, --hf (a folder
+or a packaged name), --preset (random init, --set, --seed). One argument group and one loader, so generate,
+translate, serve, export, quantize and prune take the same sources and say the same things about them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tformer.core.apart import check_apart, guarded
+
+
+def add_source_arguments(parser, preset: bool = True, seed: bool = True) -> None:
+    """``seed=False`` where the command has a --seed of its own (generate's sampler): a preset starts from it too."""
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt", metavar="DIR",
+                     help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
+    src.add_argument("--hf", metavar="DIR|NAME",
+                     help="a local Hugging Face model folder (config.json, weights, tokenizer.json), or a packaged "
+                          "checkpoint's name (all-minilm-l6-v2)")
+    if preset:
+        src.add_argument("--preset", metavar="NAME", help="a preset (see `tformer presets`), randomly initialised")
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="(--preset) override a config field")
+        if seed:
+            parser.add_argument("--seed", type=int, default=0, help="(--preset) the initialisation seed")
+
+
+def load_model(args):
+    """(model, tokenizer or None, label) from the parsed source arguments."""
+    # deferred: torch and the loaders load only when a command runs, so `tformer --help` stays fast
+    from tformer.interop.source import load_source
+
+    return load_source(args.ckpt, args.hf, getattr(args, "preset", None), getattr(args, "set", None) or (),
+                       getattr(args, "seed", None) or 0)
+
+
+def check_output(args, out: str | Path, what: str = "--out", flags=("--ckpt", "--hf")) -> None:
+    """Refuse an output that is an input the flags name, lies inside one, or holds one (a checkpoint's run too).
+
+    ``flags``: the command's input flags; those not given, or naming no path on disk (a preset, a packaged
+    name, a corpus name), are skipped."""
+    pairs = []
+    for flag in flags:
+        name = flag.lstrip("-").replace("-", "_")
+        value = getattr(args, name, None) or getattr(args, name + "_", None)  # --from is stored as from_
+        if value:
+            pairs += guarded(flag, value)
+    check_apart(out, pairs, what)
