@@ -314,7 +314,85 @@ DATA = [
         lambda k: ["data", "get", k.text("t.txt", "hello world\n" * 50), "--tokenizer", "bpe", "--vocab-size", "0"]),
 ]
 
-CASES = PROFILE + TRAIN + GENERATE + TRANSLATE + EXPORT + REPORT + DATA
+# Wrong-content files (issue 37): the right syntax, the wrong content. A labelled row whose label is null, "nan",
+# a fraction or of another type than the others; a config field of the wrong type; a checkpoint's tokenizer that
+# disagrees with itself or with the model. Each is one line naming the file and the field or line.
+LABELLED_ROWS = [(f"row number {i} says something", "ab"[i % 2]) for i in range(20)]
+FINETUNE_FROM = ["--from", "bert-base", "--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2",
+                 "--set", "d_ff=64", "--max-steps", "1", "--no-progress"]
+
+
+def finetune(k, name: str, extra_line: str) -> list[str]:
+    """`tformer finetune --data` of twenty good rows and ``extra_line`` (as line 21 of a JSONL, 22 of a CSV)."""
+    if name.endswith(".csv"):
+        body = "text,label\n" + "".join(f"{t},{y}\n" for t, y in LABELLED_ROWS) + extra_line + "\n"
+    else:
+        body = "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in LABELLED_ROWS) + extra_line + "\n"
+    return ["finetune", *FINETUNE_FROM, "--data", k.text(name, body), "--out", str(k.dir / "run")]
+
+
+def hf_config(k, **changes) -> str:
+    return k.json("hf.json", {"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "vocab_size": 16,
+                              "n_positions": 16, **changes})
+
+
+def with_tokenizer(k, text: str = "abcdefgh", **descriptor_changes) -> str:
+    """A tiny checkpoint with a character tokenizer in its tokenizer/ folder, the descriptor changed."""
+    from tformer.data.tokenizers import DESCRIPTOR, CharTokenizer
+
+    folder = k.ckpt()
+    CharTokenizer.from_text(text, specials={"pad": "<pad>", "eos": "</s>"}).save(folder / "tokenizer")
+    path = folder / "tokenizer" / DESCRIPTOR
+    path.write_text(json.dumps({**json.loads(path.read_text()), **descriptor_changes}))
+    return str(folder)
+
+
+def hf_tokenizer_panics(k) -> str:
+    """An HF folder whose tokenizer.json parses but makes the library's Rust code panic at the first encode."""
+    from tformer.data.tokenizers import ByteBPETokenizer
+
+    folder = k.hf()
+    hf = ByteBPETokenizer.train(["hello world"] * 20, vocab_size=300).hf
+    doc = json.loads(hf.to_str())
+    doc["model"]["continuing_subword_prefix"] = "xxxxx"
+    (folder / "tokenizer.json").write_text(json.dumps(doc))
+    return str(folder)
+
+
+WRONG_CONTENT = [
+    case("finetune-data-null-label", "line 21: has no label")(
+        lambda k: finetune(k, "rows.jsonl", json.dumps({"text": "x", "label": None}))),
+    case("finetune-data-nan-label", 'line 22: has label "nan"')(lambda k: finetune(k, "rows.csv", "x,nan")),
+    case("finetune-data-float-label", "line 21: has label 1.0")(
+        lambda k: finetune(k, "rows.jsonl", json.dumps({"text": "x", "label": 1.0}))),
+    case("finetune-data-mixed-labels", "line 21: has label 3 (whole number) but line 1's label")(
+        lambda k: finetune(k, "rows.jsonl", json.dumps({"text": "x", "label": 3}))),
+    case("finetune-data-line-too-long", "over the limit of 131072")(
+        lambda k: finetune(k, "rows.csv", "x" * 200_000 + ",a")),
+    case("finetune-data-not-utf8", "not UTF-8 text (byte")(
+        lambda k: ["finetune", *FINETUNE_FROM, "--data", k.bytes("rows.csv", b"text,label\nh\xe9llo,a\n"),
+                   "--out", str(k.dir / "run")]),
+    case("count-config-string-for-int", 'n_layers must be a whole number, got "4"')(
+        lambda k: ["count", "--config", tiny(k, n_layers="4")]),
+    case("count-config-bool-for-int", "d_model must be a whole number, got true")(
+        lambda k: ["count", "--config", tiny(k, d_model=True)]),
+    case("count-config-hf-object-for-int", "'n_embd' must be a whole number, got an object")(
+        lambda k: ["count", "--config", hf_config(k, n_embd={"size": 8})]),
+    case("count-config-hf-null-bool", "'tie_word_embeddings' must be true or false, got null")(
+        lambda k: ["count", "--config", hf_config(k, tie_word_embeddings=None)]),
+    case("generate-ckpt-config-fraction", "n_layers must be a whole number, got 1.5")(
+        lambda k: ["generate", "--ckpt", with_config(k, json.dumps({**TINY, "n_layers": 1.5})), "--prompt-ids", "1"]),
+    case("generate-ckpt-tokenizer-special-id", "key 'special_ids.pad' is 3")(
+        lambda k: ["generate", "--ckpt", with_tokenizer(k, special_ids={"pad": 3, "eos": 1}), "--prompt", "abc"]),
+    case("generate-ckpt-tokenizer-file-escapes", "key 'file'")(
+        lambda k: ["generate", "--ckpt", with_tokenizer(k, kind="bpe", file="../config.json"), "--prompt", "abc"]),
+    case("generate-ckpt-tokenizer-bigger-than-model", "tokens but the model's vocabulary is 16")(
+        lambda k: ["generate", "--ckpt", with_tokenizer(k, text="abcdefghijklmnopqrstuvwxyz"), "--prompt", "abc"]),
+    case("generate-hf-tokenizer-panics", "tokenizer.json is not a tokenizer the library can load")(
+        lambda k: ["generate", "--hf", hf_tokenizer_panics(k), "--prompt", "hi"]),
+]
+
+CASES = PROFILE + TRAIN + GENERATE + TRANSLATE + EXPORT + REPORT + DATA + WRONG_CONTENT
 CAMPAIGN_CASES = len(CASES)
 CAMPAIGN_CASES_TOTAL = CAMPAIGN_CASES + COST_CASES
 

@@ -17,7 +17,7 @@ from typing import Any
 from tformer.core.arch_traits import ARCH_FIELDS, ARCH_TRAITS, ARCHS, CLIP_LOGIT_SCALE, ArchTraits
 from tformer.core.attention_kinds import ATTN_IMPLS, ATTN_KINDS, AttnOptions
 from tformer.core.errors import TformerError
-from tformer.core.files import read_json
+from tformer.core.files import FileFormatError, described, read_json
 from tformer.core.presets import PRESETS
 
 
@@ -448,14 +448,14 @@ class ModelConfig:
         if "mlp" in data:  # shorthand: mlp=swiglu sets activation and gating together
             mlp = data.pop("mlp")
             if not isinstance(mlp, str) or mlp not in MLP_SHORTHANDS:  # a list or dict is unhashable
-                raise TformerError(f"mlp='{mlp}' is unknown; choose one of: {', '.join(MLP_SHORTHANDS)}")
+                raise TformerError(f"mlp={_quoted(mlp)} is unknown; choose one of: {', '.join(MLP_SHORTHANDS)}")
             data["activation"], data["gated_mlp"] = MLP_SHORTHANDS[mlp]
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             hint = difflib.get_close_matches(unknown[0], known, n=1)
             extra = f" (did you mean '{hint[0]}'?)" if hint else ""
-            raise TformerError(f"unknown config key '{unknown[0]}'{extra}; valid keys: {', '.join(sorted(known))}")
+            raise TformerError(f"unknown config key {_quoted(unknown[0])}{extra}; valid keys: {', '.join(sorted(known))}")
         for f in dataclasses.fields(cls):
             if f.name in data:
                 data[f.name] = _coerce(f.name, f.type, data[f.name])
@@ -472,7 +472,10 @@ class ModelConfig:
         if "model_type" in data:  # every HF config.json names its model_type; reading one is interop's job
             raise TformerError(f"config file {path} is a Hugging Face config.json; read it with "
                                "tformer.interop.load_config (on the command line: --config or --hf)")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except TformerError as exc:
+            raise FileFormatError(f"config file {path}: {exc}", path) from None
 
     def replace(self, **changes: Any) -> "ModelConfig":
         return self.from_dict({**self.to_dict(), **changes})
@@ -499,41 +502,55 @@ def read_config_json(path: str | Path) -> dict[str, Any]:
                      fix="pass the path of a JSON config (a preset name, a tformer or Hugging Face config.json)")
 
 
+_SPELLED = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",
+            "list[int]": "a list of whole numbers", "None": "null"}
+
+
 def _coerce(name: str, type_name: Any, value: Any) -> Any:
-    """Check a value against its field's type (given as a string under PEP 563)."""
-    t = str(type_name)
+    """Check a value against its field's type (given as a string under PEP 563, e.g. "int | None"); a value of
+    another JSON type is refused here, naming the key, rather than failing later in arithmetic."""
+    kinds = [k.strip() for k in str(type_name).split("|")]
+    expected = " or ".join(_SPELLED.get(k, k) for k in kinds)
     if value is None:
-        if "None" in t:
+        if "None" in kinds:
             return None
-        raise TformerError(f"{name} cannot be null")
-    if "list[int]" in t and isinstance(value, list):
+        raise TformerError(f"{name} cannot be null; give {expected}")
+    if "list[int]" in kinds and isinstance(value, list):
         for item in value:
             if isinstance(item, bool) or not isinstance(item, int):
-                raise TformerError(f"{name} must hold whole numbers, got {item!r}")
+                raise TformerError(f"{name} must hold whole numbers, got {described(item)} in its list")
         return list(value)
-    if t.startswith("int"):
+    if "bool" in kinds and isinstance(value, bool):
+        return value
+    if "int" in kinds and not isinstance(value, bool):
+        # 4.0 is the whole number 4 (JSON writers differ on this); 4.5, NaN and Infinity are not
         if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TformerError(f"{name} must be a whole number, got {value!r}")
-    elif t.startswith("float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TformerError(f"{name} must be a number, got {value!r}")
-        value = float(value)
-    elif t == "bool":
-        if not isinstance(value, bool):
-            raise TformerError(f"{name} must be true or false, got {value!r}")
-    elif t == "str":
-        if not isinstance(value, str):
-            raise TformerError(f"{name} must be a string, got {value!r}")
-    return value
+            return int(value)
+        if isinstance(value, int):
+            return value
+    if "float" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise TformerError(f"{name} is {described(value)}, beyond the range of a number; give a smaller "
+                               "value") from None
+    if "str" in kinds and isinstance(value, str):
+        return value
+    raise TformerError(f"{name} must be {expected}, got {described(value)}")
+
+
+def _quoted(value: Any) -> str:
+    """'value' for a short printable name, else how its file spells it (a 1 MB string stays out of the message)."""
+    if isinstance(value, str) and len(value) <= 40 and value.isprintable():
+        return f"'{value}'"
+    return described(value)
 
 
 def _choice(name: str, value: Any, options: tuple[str, ...]) -> None:
-    if value not in options:
-        hint = difflib.get_close_matches(str(value), [o for o in options if o], n=1)
+    if not isinstance(value, str) or value not in options:
+        hint = difflib.get_close_matches(value, [o for o in options if o], n=1) if isinstance(value, str) else []
         extra = f" (did you mean '{hint[0]}'?)" if hint else ""
-        raise TformerError(f"{name}='{value}' is unknown{extra}; choose one of: "
+        raise TformerError(f"{name}={_quoted(value)} is unknown{extra}; choose one of: "
                            f"{', '.join(repr(o) if not o else o for o in options)}")
 
 

@@ -2,6 +2,7 @@
 and anything wrong with it is one TformerError naming the file and the problem.
 
 read_json   a JSON document (configs, checkpoint state, tokenizers, profiles, examples)
+described   a value as the user wrote it, short enough for a one-line error (what the type checks report)
 read_safetensors_header   the table of contents of a .safetensors file, checked against the file's
             size before a byte of tensor data is read (no torch here: the format's header is JSON)
 """
@@ -37,6 +38,39 @@ class FileFormatError(TformerError):
     def __init__(self, message: str, path: Path):
         super().__init__(message)
         self.path = path
+
+
+def _escaped(c: str) -> str:
+    # Unprintable characters (newlines, U+2028, lone surrogates) escaped: the message stays one line.
+    if c.isprintable() and c not in '"\\':
+        return c
+    return json.dumps(c)[1:-1] if c.isascii() else f"\\u{ord(c):04x}"
+
+
+def described(value, limit: int = 40) -> str:
+    """``value`` (as JSON or a CSV cell held it) spelled the way its file spells it, cut to ``limit``
+    characters: an error shows what was found in one line, however long or nested the value is."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        # str() of an int past 4300 digits raises; the bit length gives its size without printing it
+        if value.bit_length() <= 128:
+            return str(value)
+        return f"a whole number of about {math.ceil(value.bit_length() * math.log10(2))} digits"
+    if isinstance(value, float):
+        return {math.inf: "Infinity", -math.inf: "-Infinity"}.get(value, "NaN" if math.isnan(value) else repr(value))
+    if isinstance(value, str):
+        if not value:
+            return "an empty string"
+        shown = "".join(map(_escaped, value[:limit]))
+        return f'"{shown}"' if len(value) <= limit else f'"{shown}..." ({len(value)} characters)'
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}" if value else "an empty list"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} key{'s' if len(value) != 1 else ''}" if value else "an empty object"
+    return type(value).__name__
 
 
 def _fail(path: Path, what: str, problem: str, fix: str) -> FileFormatError:

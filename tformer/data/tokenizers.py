@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from tformer.core.atomic import atomic_write_bytes, atomic_write_text, make_dir
 from tformer.core.errors import TformerError
-from tformer.core.files import parse_json, read_json, read_text
+from tformer.core.files import FileFormatError, described, parse_json, read_json, read_text
 from tformer.data.packages import cache_dir, extract_members, fetch_package
 
 DESCRIPTOR = "tformer-tokenizer.json"  # not tokenizer.json: that name belongs to HF's file
@@ -164,7 +165,12 @@ class CharTokenizer(Tokenizer):
 
     @classmethod
     def _load(cls, directory: Path, desc: dict) -> CharTokenizer:
-        return cls(desc["chars"], desc.get("specials"))
+        path = directory / DESCRIPTOR
+        chars = _field(path, desc, "chars", "a string of the vocabulary's characters", _is_chars)
+        specials = desc.get("specials") or {}
+        if not isinstance(specials, dict) or not all(_is_chars(v) for v in specials.values()):
+            raise _bad(path, "specials", specials, "an object of role: token text")
+        return cls(chars, specials)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,6 +182,7 @@ class HFTokenizer(Tokenizer):
 
     kind = "hf"
     hf_file = "tokenizer.json"
+    ROLES: dict[str, str] = {}  # role -> the token text it must name, where a subclass fixes it
 
     def __init__(self, hf, special_ids: dict[str, int] | None = None):
         # Checkpoints ship tokenizer.json with padding/truncation to a model length (MiniLM: 128);
@@ -205,26 +212,99 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def _load(cls, directory: Path, desc: dict):
-        return cls(_read_hf(directory / str(desc["file"])), desc.get("special_ids"))
+        path = directory / DESCRIPTOR
+        name = _field(path, desc, "file", "the name of a file in the same folder", _is_file_name)
+        ids = _field(path, desc, "special_ids", "an object of role: token id", _is_id_table)
+        hf = read_hf_tokenizer(directory / name)
+        for role, i in ids.items():
+            # The roles a trained or BERT tokenizer names have fixed token texts: a pad id that points at a word
+            # would make a model ignore that word as padding.
+            want = cls.ROLES.get(role)
+            if want is not None and 0 <= i < hf.get_vocab_size(with_added_tokens=True) and hf.id_to_token(i) != want:
+                raise _bad(path, f"special_ids.{role}", i, f"the id of {want} ({hf.token_to_id(want)}) in {name}")
+        return cls(hf, ids)
 
 
 _RESAVE = "save the tokenizer again (or download it again)"
+# Encoded and decoded once when a tokenizer.json is read: a file the library parses can still hold settings its
+# Rust code panics on at the first encode (a subword prefix longer than a token), which must not wait for a run.
+_PROBE_TEXT = "Hello, world! 0123 \u00fcn\u00efc\u00f6d\u00e9 \u6f22\u5b57\t\n  end."
 
 
-def _read_hf(path: Path):
-    """A Hugging Face tokenizer from its tokenizer.json, checked for size, text and nesting first; the
-    Rust parser's own complaint about a damaged file becomes one line naming the file."""
+def read_hf_tokenizer(path: Path):
+    """A Hugging Face tokenizer from its tokenizer.json, checked for size, text and nesting first, then made to
+    encode and decode a line; the library's complaint about a damaged file (an exception, or a Rust panic) becomes
+    one line naming the file."""
     # deferred: the tokenizer library loads only for the tokenizer that needs it
     from tokenizers import Tokenizer as HF
 
+    path = Path(path)
     text = read_text(path, "tokenizer file", fix=_RESAVE)
     parse_json(text, path, "tokenizer file", fix=_RESAVE)
+    return _probed(lambda: HF.from_str(text), path)
+
+
+def _probed(build, path: Path):
+    """The library's tokenizer that ``build`` makes from ``path``, made to encode and decode a line once."""
     try:
-        return HF.from_str(text)
-    except Exception as exc:  # the tokenizers library raises a bare Exception
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TformerError(f"tokenizer file {path} is not a tokenizer the library can load ({reason}); "
-                           f"{_RESAVE}") from None
+        with _HeldStderr() as held:
+            hf = build()
+            ids = hf.encode(_PROBE_TEXT, add_special_tokens=False).ids
+            hf.decode(ids + [0, max(hf.get_vocab_size(with_added_tokens=True) - 1, 0)], skip_special_tokens=False)
+            held.release()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # a bare Exception, or pyo3's PanicException, which derives from BaseException
+        raise FileFormatError(f"tokenizer file {path} is not a tokenizer the library can load ({_reason(exc)}); "
+                              f"{_RESAVE}", path) from None
+    return hf
+
+
+class _HeldStderr:
+    """Holds what is written to file descriptor 2 while a tokenizer is built and probed: Rust's panic hook writes
+    its message and backtrace there before pyo3 raises, which would put lines above tformer's one-line error.
+    ``release()`` (nothing panicked) writes the held output out after all; otherwise it is dropped."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self._keep = False
+        self._held = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._held.fileno(), 2)
+        return self
+
+    def release(self) -> None:
+        self._keep = True
+
+    def __exit__(self, *exc) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        if self._keep:
+            self._held.seek(0)
+            os.write(2, self._held.read())
+        self._held.close()
+
+
+MAX_VOCAB_LINE = 1024  # one WordPiece token per line; BERT's longest is under 30 characters
+
+
+def _check_vocab(path: Path) -> None:
+    """A BERT vocab.txt: UTF-8, no line over MAX_VOCAB_LINE, and the [UNK] token every unknown word becomes."""
+    text = read_text(path, "vocabulary file", max_bytes=64 << 20, fix=_RESAVE)
+    lines = text.split("\n")
+    for number, line in enumerate(lines, 1):
+        if len(line) > MAX_VOCAB_LINE:
+            raise FileFormatError(f"vocabulary file {path} line {number} is {len(line)} characters long, over the "
+                                  f"limit of {MAX_VOCAB_LINE} for one token; {_RESAVE}", path)
+    if "[UNK]" not in (line.rstrip() for line in lines):
+        raise FileFormatError(f"vocabulary file {path} has no [UNK] token (a line reading [UNK]), which every "
+                              f"word outside the vocabulary becomes; {_RESAVE}", path)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= 200 else line[:200] + "..."
 
 
 class ByteBPETokenizer(HFTokenizer):
@@ -232,6 +312,7 @@ class ByteBPETokenizer(HFTokenizer):
 
     kind = "bpe"
     SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "mask": "<mask>"}
+    ROLES = SPECIALS
 
     @classmethod
     def train(cls, texts, vocab_size: int = 4096, min_frequency: int = 2) -> ByteBPETokenizer:
@@ -269,7 +350,7 @@ class WordPieceTokenizer(HFTokenizer):
     def from_checkpoint(cls, directory) -> WordPieceTokenizer:
         directory = Path(directory)
         if (directory / "tokenizer.json").is_file():
-            hf = _read_hf(directory / "tokenizer.json")
+            hf = read_hf_tokenizer(directory / "tokenizer.json")
         elif (directory / "vocab.txt").is_file():
             # deferred: the tokenizer library loads only for the tokenizer that needs it
             from tokenizers.implementations import BertWordPieceTokenizer
@@ -277,8 +358,12 @@ class WordPieceTokenizer(HFTokenizer):
             lowercase = True
             config = directory / "tokenizer_config.json"
             if config.is_file():
-                lowercase = bool(read_json(config, "tokenizer config", fix=_RESAVE).get("do_lower_case", True))
-            hf = BertWordPieceTokenizer(str(directory / "vocab.txt"), lowercase=lowercase)._tokenizer
+                lowercase = read_json(config, "tokenizer config", fix=_RESAVE).get("do_lower_case", True)
+                if not isinstance(lowercase, bool):  # "false" would read as true
+                    raise _bad(config, "do_lower_case", lowercase, "true or false")
+            vocab = directory / "vocab.txt"
+            _check_vocab(vocab)
+            hf = _probed(lambda: BertWordPieceTokenizer(str(vocab), lowercase=lowercase)._tokenizer, vocab)
         else:
             raise TformerError(f"{directory} holds no tokenizer (neither tokenizer.json nor vocab.txt); "
                                "give --tokenizer char, bpe or gpt2, or a folder that has one")
@@ -301,7 +386,7 @@ class GPT2Tokenizer(Tokenizer):
         import tiktoken
 
         self.ranks_path = Path(ranks_path)
-        ranks = load_tiktoken_ranks(self.ranks_path)
+        ranks = load_tiktoken_ranks(self.ranks_path, GPT2_RANKS_SHA256_PREFIX)
         # Built directly rather than via tiktoken.get_encoding("gpt2"), which would download.
         self.enc = tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                                      special_tokens={GPT2_EOT: GPT2_EOT_ID})
@@ -339,21 +424,71 @@ class GPT2Tokenizer(Tokenizer):
 
     @classmethod
     def _load(cls, directory: Path, desc: dict) -> GPT2Tokenizer:
-        path = directory / desc.get("file", GPT2_RANKS_FILE)
+        name = desc.get("file", GPT2_RANKS_FILE)
+        if not _is_file_name(name):
+            raise _bad(directory / DESCRIPTOR, "file", name, "the name of a file in the same folder")
+        path = directory / name
         return cls(path if path.is_file() else gpt2_ranks_path())
 
 
-def load_tiktoken_ranks(path: Path) -> dict[bytes, int]:
-    """Parse a .tiktoken file: one 'base64(token) rank' per line."""
-    ranks = {}
+MAX_RANKS_BYTES = 16 << 20  # GPT-2's ranks are 1.6 MB, the largest tiktoken files under 4 MB
+MAX_RANKS_LINE = 1024  # one base64 token and its rank; GPT-2's longest line is under 100 bytes
+_FETCH_AGAIN = "delete it and fetch again"
+
+
+def load_tiktoken_ranks(path: Path, sha256_prefix: str | None = None) -> dict[bytes, int]:
+    """Parse a .tiktoken file: one 'base64(token) rank' per line, every token and rank once, every single byte
+    ranked (tiktoken's Rust code panics at the first encode otherwise). With ``sha256_prefix``, the file's digest
+    must start with it (the ranks belong to one named encoding)."""
+    path = Path(path)
     try:
-        for line in Path(path).read_bytes().splitlines():
-            if line:
-                token, rank = line.split()
-                ranks[base64.b64decode(token)] = int(rank)
-    except (ValueError, OSError) as exc:
-        raise TformerError(f"{path} is not a readable .tiktoken ranks file ({exc}); delete it and fetch again") from None
+        size = path.stat().st_size
+        if size > MAX_RANKS_BYTES:
+            raise FileFormatError(f"ranks file {path} is larger than {MAX_RANKS_BYTES} bytes; {_FETCH_AGAIN}", path)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FileFormatError(f"ranks file {path} cannot be read ({exc.strerror or exc}); {_FETCH_AGAIN}",
+                              path) from None
+    if sha256_prefix is not None:
+        digest = hashlib.sha256(data).hexdigest()
+        if not digest.startswith(sha256_prefix):
+            raise FileFormatError(f"ranks file {path} has sha256 {digest[:12]}..., not the expected "
+                                  f"{sha256_prefix}...; {_FETCH_AGAIN}", path)
+    ranks: dict[bytes, int] = {}
+    seen: set[int] = set()
+    for number, line in enumerate(data.split(b"\n"), 1):
+        line = line.removesuffix(b"\r")
+        if not line:
+            continue
+        problem = _rank_line_problem(line, ranks, seen)
+        if problem:
+            raise FileFormatError(f"ranks file {path} line {number} {problem}; {_FETCH_AGAIN}", path)
+    missing = [b for b in range(256) if bytes([b]) not in ranks]
+    if missing:
+        raise FileFormatError(f"ranks file {path} ranks no token for byte 0x{missing[0]:02x} ({len(missing)} bytes "
+                              f"have none; tiktoken needs every byte); {_FETCH_AGAIN}", path)
     return ranks
+
+
+def _rank_line_problem(line: bytes, ranks: dict[bytes, int], seen: set[int]) -> str | None:
+    """What is wrong with one line of a .tiktoken file (None: nothing; it is added to ``ranks``)."""
+    if len(line) > MAX_RANKS_LINE:
+        return f"is {len(line)} bytes long, over the limit of {MAX_RANKS_LINE}"
+    parts = line.split(b" ")
+    if len(parts) != 2 or not parts[1].isdigit() or len(parts[1]) > 10:
+        return "is not 'base64-token rank'"
+    try:
+        token = base64.b64decode(parts[0], validate=True)
+    except ValueError:  # binascii.Error
+        return "holds a token that is not base64"
+    rank = int(parts[1])
+    if rank >= 1 << 32 or not token:
+        return f"holds {'rank ' + str(rank) if token else 'an empty token'}, which tiktoken cannot hold"
+    if token in ranks or rank in seen:
+        return f"repeats {'token ' + repr(token) if token in ranks else 'rank ' + str(rank)}"
+    ranks[token] = rank
+    seen.add(rank)
+    return None
 
 
 def gpt2_ranks_path() -> Path:
@@ -389,9 +524,61 @@ def load(directory) -> Tokenizer:
     if not path.is_file():
         raise TformerError(f"no {DESCRIPTOR} in {directory}; save a tokenizer there first (Tokenizer.save)")
     desc = read_json(path, "tokenizer descriptor", max_bytes=1 << 20, fix="save the tokenizer again")
-    try:
-        cls = KINDS[desc["kind"]]
-    except (KeyError, TypeError) as exc:
-        raise TformerError(f"{path} is not a tformer tokenizer descriptor ({exc}); save the tokenizer again") from None
-    return cls._load(directory, desc)
+    if desc.get("format", "tformer-tokenizer") != "tformer-tokenizer":
+        raise _bad(path, "format", desc["format"], '"tformer-tokenizer"')
+    version = desc.get("version", FORMAT_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        raise _bad(path, "version", version, f"a format version from 1 to {FORMAT_VERSION} (a newer tformer "
+                   "wrote it?)")
+    kind = _field(path, desc, "kind", f"one of {', '.join(KINDS)}", lambda v: isinstance(v, str) and v in KINDS)
+    tok = KINDS[kind]._load(directory, desc)
+    _check_matches(path, desc, tok)
+    return tok
+
+
+def _bad(path: Path, key: str, value, expected: str) -> FileFormatError:
+    return FileFormatError(f"tokenizer file {path}: key '{key}' is {described(value)}, expected {expected}; "
+                           "save the tokenizer again", path)
+
+
+def _field(path: Path, desc: dict, key: str, expected: str, valid):
+    if key not in desc:
+        raise FileFormatError(f"tokenizer file {path} has no key '{key}' ({expected}); save the tokenizer again",
+                              path)
+    if not valid(desc[key]):
+        raise _bad(path, key, desc[key], expected)
+    return desc[key]
+
+
+def _is_id_table(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(i, int) and not isinstance(i, bool) for i in value.values())
+
+
+def _is_chars(value) -> bool:
+    # A JSON string may spell a lone surrogate (\\ud800): not a character, and unprintable once decoded.
+    return isinstance(value, str) and bool(value) and not any("\ud800" <= c <= "\udfff" for c in value)
+
+
+def _is_file_name(value) -> bool:
+    """A plain name of a file beside the descriptor: a path elsewhere would read a file the folder does not hold."""
+    return (isinstance(value, str) and value not in ("", ".", "..") and not any(c in value for c in "/\\\0")
+            and len(value) <= 255)
+
+
+def _check_matches(path: Path, desc: dict, tok: Tokenizer) -> None:
+    """The descriptor's sizes and special ids against the tokenizer its files build: a descriptor that disagrees
+    with its data files would give a model a vocabulary of another size, or a pad id that is a word."""
+    size = desc.get("vocab_size", tok.vocab_size)
+    if isinstance(size, bool) or not isinstance(size, int) or size != tok.vocab_size:
+        raise _bad(path, "vocab_size", size, f"{tok.vocab_size}, the size of the vocabulary its files hold")
+    ids = desc.get("special_ids", tok.special_ids)
+    if not isinstance(ids, dict):
+        raise _bad(path, "special_ids", ids, "an object of role: token id")
+    for role, i in ids.items():
+        key = f"special_ids.{role}" if len(role) <= 40 and role.isprintable() else "special_ids"
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < tok.vocab_size:
+            raise _bad(path, key, i, f"a token id from 0 to {tok.vocab_size - 1}")
+        if tok.special_ids.get(role) != i:
+            raise _bad(path, key, i, f"{tok.special_ids[role]}, the id its files give that role"
+                       if role in tok.special_ids else "no such role: its files give it no token")
 

@@ -95,7 +95,10 @@ def read_config(directory: str | Path) -> ModelConfig:
         raise CorruptCheckpoint(str(exc), path, exc) from None
     if is_hf_config(data):
         raise TformerError(f"{directory} holds a Hugging Face config; load it with --hf instead of --ckpt")
-    return ModelConfig.from_dict(data)
+    try:
+        return ModelConfig.from_dict(data)
+    except TformerError as exc:
+        raise FileFormatError(f"checkpoint config {path}: {exc}", path) from None
 
 
 def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
@@ -184,4 +187,10 @@ def load_checkpoint(path: str | Path):
     """(model, tokenizer or None) from a training output folder: what generate, translate and export read."""
     path = Path(path)
     model = load_model(path)
-    return model, find_tokenizer(model_dir(path), path)
+    tokenizer = find_tokenizer(model_dir(path), path)
+    # A tokenizer whose ids reach past the embedding table would fail as an index error at the first prompt.
+    if tokenizer is not None and tokenizer.vocab_size > model.config.vocab_size:
+        raise TformerError(f"the tokenizer saved with {path} has {tokenizer.vocab_size} tokens but the model's "
+                           f"vocabulary is {model.config.vocab_size}; the tokenizer belongs to another model: "
+                           "restore the one it was trained with")
+    return model, tokenizer

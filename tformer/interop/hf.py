@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from tformer.core.atomic import atomic_files
 from tformer.core.errors import TformerError
-from tformer.core.files import read_json, read_safetensors_header
+from tformer.core.files import FileFormatError, read_json, read_safetensors_header
 from tformer.data.weights import checkpoint_dir
 from tformer.interop.checkpoint import unwrap
 from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
@@ -394,7 +394,10 @@ def load_hf(path, device=None, dtype=None):
         raise TformerError(f"{directory} has no config.json; a Hugging Face checkpoint folder needs config.json "
                            "next to its weights")
     hf_config = _read_json(config_path)
-    config = config_from_hf(hf_config)
+    try:
+        config = config_from_hf(hf_config)
+    except TformerError as exc:
+        raise FileFormatError(f"{config_path}: {exc}", config_path) from None
     model_type = hf_config["model_type"]
     files = weight_files(directory)  # the index of a sharded folder is read once, for both steps
     if files[1]:

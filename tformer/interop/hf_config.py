@@ -14,8 +14,10 @@ from typing import Any
 
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
+from tformer.core.files import described
 from tformer.interop.hf_fields import ACTIVATION_OUT as _ACTIVATION_OUT
 from tformer.interop.hf_fields import activation as _activation
+from tformer.interop.hf_fields import checked_config
 from tformer.interop.hf_fields import dropouts as _dropouts
 from tformer.interop.hf_fields import refuse as _refuse
 from tformer.interop.hf_fields import token_id as _token_id
@@ -40,10 +42,10 @@ def is_hf_config(d: dict) -> bool:
 def config_from_hf(d: dict) -> ModelConfig:
     """A ModelConfig equivalent to a Hugging Face config.json (as a dict)."""
     model_type = d.get("model_type")
-    if model_type not in _READERS:
-        raise TformerError(
-            f"Hugging Face model_type '{model_type}' is not supported; supported: {', '.join(SUPPORTED)}"
-        )
+    if not isinstance(model_type, str) or model_type not in _READERS:
+        shown = f"'{model_type}'" if isinstance(model_type, str) and len(model_type) <= 40 else described(model_type)
+        raise TformerError(f"Hugging Face model_type {shown} is not supported; supported: {', '.join(SUPPORTED)}")
+    d = checked_config(d, model_type)
     try:
         fields = _READERS[model_type](d) | head_fields(d)
     except KeyError as exc:
@@ -89,6 +91,8 @@ def _rope(d: dict) -> dict:
     theta = spec.get("rope_theta", params.get("rope_theta", d.get("rope_theta", 10000.0)))
     out = dict(rope_theta=float(theta), rope_scaling=_ROPE_TYPES[kind])
     if kind in ("linear", "dynamic"):  # dynamic counts from max_position_embeddings: our default
+        if spec.get("factor") is None:
+            raise TformerError(f"{mt} rope_scaling of rope_type '{kind}' has no factor; is the file complete?")
         out["rope_factor"] = float(spec["factor"])
     elif kind == "yarn":
         if spec.get("truncate", True) is False:

@@ -15,6 +15,7 @@ import torch
 
 from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
+from tformer.data.tokenizers import read_hf_tokenizer
 from tformer.data.weights import checkpoint_dir
 from tformer.interop.checkpoint import load_checkpoint, model_dir
 from tformer.interop.config import load_config
@@ -52,13 +53,8 @@ def hf_tokenizer(directory: Path) -> HFTokenizerAdapter | None:
     path = Path(directory) / "tokenizer.json"
     if not path.is_file():
         return None
-    # deferred: the tokenizer library loads only for the tokenizer that needs it
-    from tokenizers import Tokenizer
-
-    try:
-        return HFTokenizerAdapter(Tokenizer.from_file(str(path)))
-    except Exception as exc:  # the library raises its own exception type for a malformed file
-        raise TformerError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    # bounded, UTF-8, and made to encode a line before a command relies on it (a Rust panic is one line too)
+    return HFTokenizerAdapter(read_hf_tokenizer(path))
 
 
 def load_source(ckpt: str | None = None, hf: str | None = None, preset: str | None = None,
