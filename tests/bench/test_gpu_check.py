@@ -45,6 +45,7 @@ def smoke(tmp_path, monkeypatch):
     return proc, results
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_a_dated_device_named_record(smoke):
     proc, results = smoke
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -139,6 +139,7 @@ def test_cache_lengths_are_rounded_to_few_sizes_within_the_window():
     assert cache_length(40, 48) == 48 and cache_length(30, 20) == 30
 
 
+@pytest.mark.slow
 def test_inductor_compiled_decoding_equals_eager_compiles_once_and_reads_current_weights():
     model = model_for(position="rope")
     eager = generate(model, PROMPTS, max_new_tokens=6, stop_tokens=[])

@@ -22,6 +22,7 @@ def test_loss_falls_and_metrics_are_logged(tmp_path, device):
     assert (tmp_path / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_is_bit_identical(tmp_path):
     """SIGKILL after a checkpoint and in the middle of writing one: either way the resumed run equals a straight one."""
     straight, killed = tmp_path / "straight", tmp_path / "killed"
@@ -48,6 +49,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path):
     assert not [p.name for p in mid_save.iterdir() if ".tmp-" in p.name]  # the half-written one was cleared
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_match_one_process(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     assert _run("--out", str(one), "--dropout", "0", "--steps", "10").returncode == 0
@@ -97,6 +99,7 @@ def test_schedules_match_the_papers():
     assert warmup_cosine(1000, 1e-3, 100, 1000, 1e-4) == pytest.approx(1e-4)
 
 
+@pytest.mark.slow
 def test_fsdp_two_processes_match_one_process_and_save_plain_weights(tmp_path):
     from safetensors.torch import load_model
 
@@ -117,6 +120,7 @@ def test_fsdp_two_processes_match_one_process_and_save_plain_weights(tmp_path):
     assert (tmp_path / "two" / "checkpoint" / "optimizer.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_fsdp_run_killed_then_resumed_matches_one_process(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     assert _run("--out", str(one), "--dropout", "0", "--steps", "10").returncode == 0

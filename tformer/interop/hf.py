@@ -398,13 +398,20 @@ def load_hf(path, device=None, dtype=None):
         config = config_from_hf(hf_config)
     except TformerError as exc:
         raise FileFormatError(f"{config_path}: {exc}", config_path) from None
-    model_type = hf_config["model_type"]
     files = weight_files(directory)  # the index of a sharded folder is read once, for both steps
     if files[1]:
-        _check_headers(directory, files[0], config, model_type)
-    sd = _normalise_names(read_weights(directory, files))
+        _check_headers(directory, files[0], config, hf_config["model_type"])
+    return model_from_hf(hf_config, read_weights(directory, files), directory.name or config.name, device, dtype)
+
+
+def model_from_hf(hf_config: dict, sd: dict[str, torch.Tensor], name: str, device=None, dtype=None):
+    """Our model from a Hugging Face config dict and a state dict under Hugging Face's names (what a folder
+    holds, or what another format's reader, such as GGUF's, maps its tensors to). Returned in eval mode."""
+    config = config_from_hf(hf_config)
+    model_type = hf_config["model_type"]
+    sd = _normalise_names(sd)
     prefix = _prefix(model_type, sd)
-    config = _refine(config, model_type, sd, prefix).replace(name=directory.name or config.name)
+    config = _refine(config, model_type, sd, prefix).replace(name=name)
 
     expected = {k: v.shape for k, v in build(config, device="meta").state_dict().items()}
     ours = convert_from_hf(sd, config, model_type, prefix, expected)

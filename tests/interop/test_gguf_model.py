@@ -1,0 +1,121 @@
+"""A real model from its GGUF file: SmolLM2-135M-Instruct (Q4_1 matrices, Q8_0 embedding) loads into tformer
+with the config its metadata describes, and gives the logits of transformers' GGUF loader (the reference:
+it dequantizes to fp32 with gguf-py), and the same greedy continuations. Synthetic files cover the
+permutation and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tformer.core.errors import TformerError
+from tformer.interop.gguf_file import open_gguf
+from tformer.interop.gguf_model import hf_config_from_gguf, load_gguf, resolve_gguf, unpermute
+
+gguf = pytest.importorskip("gguf")
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a time, in a small village,",
+           "Water boils at a temperature of", "The three primary colours are"]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    path = resolve_gguf("smollm2-135m-instruct")
+    ours = load_gguf("smollm2-135m-instruct")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return ours, ref, tok
+
+
+def test_the_config_is_the_files(smollm2):
+    c = smollm2[0].config
+    assert (c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size) == (30, 576, 9, 3, 1536, 49152)
+    assert c.position == "rope" and c.rope_theta == 100000.0 and c.norm_eps == 1e-5 and c.tied_embeddings
+    assert (c.bos_token_id, c.eos_token_id, c.pad_token_id) == (1, 2, 2)
+    assert smollm2[0].num_parameters() == 134_515_008
+
+
+def test_logits_equal_transformers_gguf_loader(smollm2):
+    ours, ref, tok = smollm2
+    for prompt in PROMPTS:
+        ids = torch.tensor([tok(prompt)["input_ids"]])
+        with torch.no_grad():
+            a, b = ours(ids).logits, ref(ids).logits
+        assert (a - b).abs().max().item() < 1e-4, prompt
+
+
+def test_greedy_continuations_equal_transformers(smollm2):
+    from tformer.generate import generate
+
+    ours, ref, tok = smollm2
+    for prompt in PROMPTS[:3]:
+        ids = tok(prompt)["input_ids"]
+        with torch.no_grad():
+            want = ref.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+                                pad_token_id=2)[0, len(ids):].tolist()
+        got = generate(ours, [ids], max_new_tokens=24, stop_tokens=[]).sequences[0]
+        assert got == want, prompt
+
+
+def _tiny_file(tmp_path, arch="llama", extra=None, drop=()):
+    """A 2-layer llama GGUF written with gguf-py (the format's own writer), random F32 weights."""
+    torch.manual_seed(0)
+    heads, kv, d, ff, vocab = 4, 2, 16, 24, 40
+    w = gguf.GGUFWriter(str(tmp_path / "tiny.gguf"), arch)
+    meta = {"block_count": 2, "embedding_length": d, "feed_forward_length": ff, "attention.head_count": heads,
+            "attention.head_count_kv": kv, "context_length": 64}
+    for key, value in meta.items():
+        if key not in drop:
+            w.add_uint32(f"{arch}.{key}", value)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    for key, value in (extra or {}).items():
+        w.add_uint32(key, value)
+    tensors = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,)}
+    for i in range(2):
+        tensors.update({f"blk.{i}.attn_norm.weight": (d,), f"blk.{i}.attn_q.weight": (d, d),
+                        f"blk.{i}.attn_k.weight": (kv * d // heads, d), f"blk.{i}.attn_v.weight": (kv * d // heads, d),
+                        f"blk.{i}.attn_output.weight": (d, d), f"blk.{i}.ffn_norm.weight": (d,),
+                        f"blk.{i}.ffn_gate.weight": (ff, d), f"blk.{i}.ffn_up.weight": (ff, d),
+                        f"blk.{i}.ffn_down.weight": (d, ff)})
+    values = {name: torch.randn(shape) for name, shape in tensors.items()}
+    for name, t in values.items():
+        w.add_tensor(name, t.numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tmp_path / "tiny.gguf", values
+
+
+def test_q_and_k_rows_come_back_in_hugging_face_order(tmp_path):
+    """llama.cpp's converter permutes Q/K rows (pairs); unpermute is its inverse, row for row."""
+    heads, hd, d = 3, 8, 5
+    hf = torch.arange(heads * hd * d, dtype=torch.float32).reshape(heads * hd, d)
+    llama_cpp = hf.reshape(heads, 2, hd // 2, d).swapaxes(1, 2).reshape(heads * hd, d)
+    assert torch.equal(unpermute(llama_cpp, heads), hf)
+    path, values = _tiny_file(tmp_path)
+    model = load_gguf(path)
+    q = model.decoder.layers[0].attn.q_proj.weight
+    assert torch.equal(q, unpermute(values["blk.0.attn_q.weight"], 4))
+    assert model.config.tied_embeddings  # no output.weight in the file
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"arch": "falcon"}, "holds a 'falcon' model; tformer reads: llama"),
+    ({"drop": ("attention.head_count",)}, "lacks the metadata key llama.attention.head_count"),
+    ({"extra": {"tokenizer.ggml.bos_token_id": 999}}, "outside the vocabulary"),
+])
+def test_bad_metadata_is_one_line(tmp_path, change, words):
+    path, _ = _tiny_file(tmp_path, **change)
+    with pytest.raises(TformerError, match=words) as err:
+        with open_gguf(path) as f:
+            hf_config_from_gguf(f)
+    assert "\n" not in str(err.value)
+
+
+def test_an_unknown_name_or_path_is_one_line(tmp_path):
+    with pytest.raises(TformerError, match="not a packaged model") as err:
+        resolve_gguf(tmp_path / "missing.gguf")
+    assert "smollm2-135m-instruct" in str(err.value)
