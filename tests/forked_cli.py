@@ -33,24 +33,32 @@ _server: subprocess.Popen | None = None
 
 
 def run_tformer(argv: list, *, cwd: str | Path | None = None, env: dict[str, str] | None = None,
-                timeout: float = 300) -> subprocess.CompletedProcess:
+                timeout: float = 300, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     """What subprocess.run([python, -m, tformer, *ARGV], capture_output=True, text=True, stdin=DEVNULL)
-    returns, from a forked child; ``env`` None means this process's environment. Raises
-    subprocess.TimeoutExpired (after killing the child) past ``timeout`` seconds."""
+    returns, from a forked child; ``env`` None means this process's environment; ``stdin`` bytes are what the
+    command reads on its standard input (None: /dev/null). Raises subprocess.TimeoutExpired (after killing
+    the child) past ``timeout`` seconds."""
     argv = [str(a) for a in argv]
     fd_out, out_path = tempfile.mkstemp(prefix="tformer-out-")
     fd_err, err_path = tempfile.mkstemp(prefix="tformer-err-")
     os.close(fd_out)
     os.close(fd_err)
+    in_path = None
+    if stdin is not None:
+        fd_in, in_path = tempfile.mkstemp(prefix="tformer-in-")
+        with os.fdopen(fd_in, "wb") as fh:
+            fh.write(stdin)
     try:
         request = {"argv": argv, "cwd": str(cwd or os.getcwd()), "env": dict(os.environ if env is None else env),
-                   "out": out_path, "err": err_path, "timeout": timeout}
+                   "in": in_path or os.devnull, "out": out_path, "err": err_path, "timeout": timeout}
         answer = _ask(request)
         stdout = Path(out_path).read_text(errors="replace")
         stderr = Path(err_path).read_text(errors="replace")
     finally:
         os.unlink(out_path)
         os.unlink(err_path)
+        if in_path is not None:
+            os.unlink(in_path)
     cmd = [sys.executable, "-m", "tformer", *argv]
     if answer["timeout"]:
         raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)
@@ -109,7 +117,7 @@ def _child(main, request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(os.open(request.get("in", os.devnull), os.O_RDONLY), 0)
         os.dup2(os.open(request["out"], os.O_WRONLY | os.O_TRUNC), 1)
         os.dup2(os.open(request["err"], os.O_WRONLY | os.O_TRUNC), 2)
         # The child's standard streams for its whole life: os._exit ends it, never a with-block.

@@ -26,13 +26,14 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = dict(n_layers=1, d_model=8, n_heads=2, d_ff=16, vocab_size=16, max_positions=16)
 # The checkpoints Kit.ckpt copies: the tiny decoder, and variants for the cases that need another kind.
 KINDS = {"decoder": TINY, "encoder": {**TINY, "arch": "encoder"}, "alibi": {**TINY, "position": "alibi"},
-         "wide": {**TINY, "d_ff": 32}}
+         "wide": {**TINY, "d_ff": 32}, "seq2seq": {**TINY, "arch": "encoder-decoder"}}
 TIMEOUT_S = 120
 
 
 class Case(NamedTuple):
     """One hostile input: ``build(kit)`` makes its files in kit.dir and returns the argv after
-    `tformer`; ``needle`` is a piece of the one-line error that names the problem."""
+    `tformer`, or (argv, bytes on standard input); ``needle`` is a piece of the one-line error that names
+    the problem."""
 
     id: str
     build: Callable[[Kit], list[str]]
@@ -145,13 +146,15 @@ def run_case(c: Case, tmp_path: Path, templates: Templates) -> None:
     work = tmp_path / "case"
     work.mkdir()
     kit = Kit(work, templates)
-    argv = c.build(kit)
+    argv, stdin = c.build(kit), None
+    if isinstance(argv, tuple):
+        argv, stdin = argv
     before = snapshot(work)
     # Caches and measured profiles go to a folder of their own, outside the one compared.
     env = {**os.environ, "PYTHONPATH": str(REPO), "TFORMER_CACHE": str(tmp_path / "cache"),
            "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        proc = run_tformer(argv, cwd=work, env=env, timeout=TIMEOUT_S)
+        proc = run_tformer(argv, cwd=work, env=env, timeout=TIMEOUT_S, stdin=stdin)
     finally:
         os.chmod(work, 0o700)
         for dirpath, dirnames, _ in os.walk(work):

@@ -40,8 +40,8 @@ def test_attn_flag_sets_the_kind_the_ledger_costs(capsys, kind):
     (["--attn", "sliding"], "needs attn_window"),
     (["--preset", "gpt2", "--attn", "linformer"], "cannot be causal"),
     (["--attn", "flashy"], "attn_impl='flashy' is unknown"),
-    (["--attn", "sliding", "--window", "0"], "attn_window must be at least 1"),
-    (["--preset", "bert-base", "--attn", "longformer", "--window", "8", "--dilation", "-1"], "attn_dilation must be at least 1"),
+    (["--attn", "sliding", "--window", "0"], "--window must be a whole number in [1, 1e15]"),
+    (["--preset", "bert-base", "--attn", "longformer", "--window", "8", "--dilation", "-1"], "--dilation must be a whole number in [1, 1e15]"),
 ])
 def test_bad_attention_settings_are_one_line_and_exit_2(capsys, argv, words):
     assert main(["count", *argv]) == 2

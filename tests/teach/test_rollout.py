@@ -151,7 +151,7 @@ def test_cli_vit_json(capsys):
 @pytest.mark.parametrize("argv, expect", [
     (["attention"], "--walkthrough` or `tformer attention --vit`"),
     (["attention", "--walkthrough", "--vit"], "one of them"),
-    (["attention", "--vit", "--steps", "-2"], "--steps must be 0 or more"),
+    (["attention", "--vit", "--steps", "-2"], "--steps must be a whole number in [0, 1e6]"),
     (["attention", "--vit", "--heads", "2"], "belong to --walkthrough"),
     (["attention", "--walkthrough", "--out", "x"], "go with --vit"),
 ])

@@ -236,7 +236,7 @@ def test_bad_json_is_one_line_exit_2(tmp_path, capsys, content, argv, expect):
     (["--input", "{dir}/missing.json"], "does not exist"),
     (["--input", "{dir}/x.csv"], "built-in weights expect 4 features"),
     (["--heads", "3"], "1 or 2 heads"),
-    (["--heads", "0"], "at least 1"),
+    (["--heads", "0"], "--heads must be a whole number in [1, 1024]"),
     (["--decimals", "-1"], "--decimals"),
 ])
 def test_bad_options_are_one_line_exit_2(tmp_path, capsys, argv, expect):

@@ -1,6 +1,8 @@
 """`tformer <command>`: one entry point, one module per subcommand in tformer/cli/.
 
-Each command module defines NAME (its file name), HELP, add_arguments(parser) and run(args) -> int.
+Each command module defines NAME (its file name), HELP, add_arguments(parser) and run(args) -> int, and may
+define NUMBERS ({dest: tformer.core.inputs.Bounds}): its flags' ranges, checked with the rules every command's
+arguments meet (tformer/cli/_checks.py) before run is called.
 A command line that names a command imports that command's module only, so `tformer count` loads the
 ledger and nothing else (no torch); `tformer --help` imports them all. Command modules import torch
 only inside run(), so the help stays quick too.
@@ -14,6 +16,7 @@ import pkgutil
 import sys
 
 from tformer import __version__
+from tformer.cli._checks import check_arguments
 from tformer.core.atomic import known_os_error, os_error_message
 from tformer.core.errors import TformerError
 
@@ -46,7 +49,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
-        p.set_defaults(_run=module.run)
+        # The parser and the command's ranges travel with the parsed arguments: main checks them before run.
+        p.set_defaults(_run=module.run, _parser=p, _numbers=getattr(module, "NUMBERS", {}))
     return parser
 
 
@@ -59,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        check_arguments(args._parser, args, args._numbers)
         return int(args._run(args) or 0)
     except TformerError as exc:
         print(f"tformer {args.command}: error: {exc}", file=sys.stderr)

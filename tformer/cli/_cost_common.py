@@ -3,12 +3,11 @@ Numbers are formatted by tformer.core.fmt."""
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 from tformer.core.attention_kinds import ATTN_KINDS
-from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds
 from tformer.cost.layout import Layout, parse_zero
 from tformer.cost.ledger import Workload
 from tformer.cost.parallel import parallel_summary
@@ -49,6 +48,24 @@ def attention_overrides(args) -> list[str]:
         if value is not None:
             out.append(f"{field_name}={value}")
     return out
+
+
+# Sequences, tokens and devices: far past any machine, and every product the ledger forms of them stays inside
+# its own limit (tformer.cost.ledger.MAX_COUNT), so no float made from them overflows.
+MAX_SIZE = 10 ** 15
+_SIZE = Bounds(1, MAX_SIZE, integer=True)
+# Ranges of the flags count and scale share (see tformer/cli/_checks.py); each command's NUMBERS merges them.
+WORKLOAD_NUMBERS = {
+    "batch": _SIZE, "seq": _SIZE, "seq_decoder": _SIZE, "context": Bounds(0, MAX_SIZE, integer=True),
+    # Below a millionth of the roofs, predicted times only measure the flag, not the model.
+    "efficiency": Bounds(1e-6, 1, note="the fraction of the roofs reached; 1 is the ideal roofline"),
+    **{name: Bounds(0 if name in ("attn_global", "attn_random") else 1, MAX_SIZE, integer=True)
+       for _, name, _ in _ATTN_FLAGS},
+}
+LAYOUT_NUMBERS = {
+    "devices": _SIZE, "tp": _SIZE, "pp": _SIZE, "micro_batches": _SIZE,
+    "link_latency": Bounds(0, 1e9, note="microseconds per collective call"),
+}
 
 
 def add_workload_arguments(parser) -> None:
@@ -116,9 +133,7 @@ def load_link(args, device) -> tuple[float | None, str, float | None]:
     bandwidth, source = link_bandwidth(args.link_bandwidth, device)
     latency = args.link_latency
     if latency is not None:
-        if not math.isfinite(latency) or latency < 0:
-            raise TformerError(f"--link-latency must be a finite number of microseconds, 0 or more, got {latency}")
-        latency *= 1e-6
+        latency = LAYOUT_NUMBERS["link_latency"].check(latency, "--link-latency") * 1e-6
     return bandwidth, source, latency
 
 

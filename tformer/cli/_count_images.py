@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.core.inputs import whole
 from tformer.cost.fusion import fusion_costs, fusion_scaling, towers
 from tformer.cost.vision import image_size_table, logits_bytes, token_formula
 
@@ -23,6 +24,9 @@ def add_image_arguments(parser) -> None:
                                                                             "text layer (default 1)")
 
 
+MAX_PIXELS = 10 ** 6  # an image side; its token count squares it, so beyond this the ledger runs past float64
+
+
 def _sizes(text, flag):
     if text is None:
         return None
@@ -33,7 +37,7 @@ def _sizes(text, flag):
     if not out or min(out) < 1:
         raise TformerError(f"{flag} takes whole numbers of pixels separated by commas, e.g. {flag} 224,384; "
                            f"got '{text}'")
-    return out
+    return [whole(x, flag, 1, MAX_PIXELS, note="pixels") for x in out]
 
 
 def image_request(args, config):

@@ -6,10 +6,14 @@ import json
 
 from tformer.cli._cost_common import console
 from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds
 
 NAME = "attention"
 HELP = ("Attention made visible: --walkthrough prints Q, K, V, Q Kᵀ, √d_k, softmax and output step by step; "
         "--vit shows a digit as patch tokens and a ViT's attention rollout")
+
+NUMBERS = {"decimals": Bounds(0, 15, integer=True, note="float64 holds about 16 significant digits"),
+           "heads": Bounds(1, 1024, integer=True), "steps": Bounds(0, 10 ** 6, integer=True)}
 
 _EPILOG = """\
 the built-in example: tokens I, love, tea; X is 3×4; W_Q, W_K, W_V are 4×2 (d_k = 2).

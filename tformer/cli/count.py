@@ -5,6 +5,9 @@ import json
 import math
 
 from tformer.cli._cost_common import (
+    LAYOUT_NUMBERS,
+    MAX_SIZE,
+    WORKLOAD_NUMBERS,
     add_layout_arguments,
     add_model_arguments,
     add_workload_arguments,
@@ -26,6 +29,7 @@ from tformer.cli._count_images import (
 from tformer.cli._parallel_print import print_parallel
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds
 from tformer.core.objectives import OBJECTIVES, objective_config
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
@@ -34,6 +38,7 @@ from tformer.cost.scaling import activation_alternatives
 
 NAME = "count"
 HELP = "Count parameters, FLOPs, memory and (with --hardware) time, op by op, for a model and workload."
+NUMBERS = {**WORKLOAD_NUMBERS, **LAYOUT_NUMBERS, "cross_every": Bounds(1, MAX_SIZE, integer=True)}
 
 
 def add_arguments(parser) -> None:

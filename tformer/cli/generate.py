@@ -12,11 +12,25 @@ import sys
 
 from tformer.cli._source import add_source_arguments, load_model
 from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds, read_stream
 
 NAME = "generate"
 HELP = ("Generate text with the KV cache (greedy, sampling or beam search; --compile for a compiled step); prints "
         "prefill and decode tokens/s.")
 MAX_BATCH = 65536  # copies of one prompt; more is a typo, not a workload
+# The decoding flags' ranges (generate and translate). The sampler copes with any finite temperature and
+# penalty, but past these ends every setting acts as its limit (argmax, uniform), and a length penalty beyond
+# ±10 makes length ** penalty overflow float64 for a long enough output.
+DECODING_NUMBERS = {
+    "max_new_tokens": Bounds(1, 10 ** 9, integer=True),
+    "temperature": Bounds(0, 1e6, note="0 is greedy; below 1 sharpens, above 1 flattens"),
+    "top_p": Bounds(0, 1, lo_open=True, note="1 turns it off"),
+    "min_p": Bounds(0, 1, note="0 turns it off"),
+    "repetition_penalty": Bounds(0, 1e6, lo_open=True, note="1 turns it off"),
+    "length_penalty": Bounds(-10, 10, note="beam score = log p / length ** this"),
+    "batch": Bounds(1, MAX_BATCH, integer=True),
+}
+NUMBERS = DECODING_NUMBERS
 
 
 def add_decoding_arguments(parser, default_max: int) -> None:
@@ -95,7 +109,7 @@ def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[s
     if getattr(args, "prompt_ids", None):
         rows = [parse_ids(t, "--prompt-ids") for t in args.prompt_ids]
     else:
-        texts = args.prompt if args.prompt is not None else [sys.stdin.read()]
+        texts = args.prompt if args.prompt is not None else [read_stream(sys.stdin)]
         if tokenizer is None:
             raise TformerError(f"this checkpoint has no tokenizer, so a text {what} cannot be encoded; "
                                "pass token ids with --prompt-ids 1,2,3")

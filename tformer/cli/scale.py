@@ -5,6 +5,8 @@ import json
 from dataclasses import replace
 
 from tformer.cli._cost_common import (
+    LAYOUT_NUMBERS,
+    WORKLOAD_NUMBERS,
     add_layout_arguments,
     add_model_arguments,
     add_workload_arguments,
@@ -18,12 +20,21 @@ from tformer.cli._cost_common import (
 from tformer.cli._parallel_print import print_parallel
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds
 from tformer.cost import scaling
 from tformer.cost.ledger import ledger
 from tformer.cost.roofline import COMPUTE_DTYPE, roofline
 
 NAME = "scale"
 HELP = "What-if table (double d_model, layers, seq, batch or any factor), crossovers, training time and compute-optimal sizes."
+# The training run's and the budget's ends: a budget or a run of more than 1e50 FLOPs, or a millionth of the
+# peak, says nothing a smaller one does not, and keeps every time and price a finite float.
+NUMBERS = {**WORKLOAD_NUMBERS, **LAYOUT_NUMBERS,
+           "factor": Bounds(1e-6, 1e6, note="each knob is multiplied by it, e.g. 2 or 0.5"),
+           "train_tokens": Bounds(1, 1e30, note="tokens to train on"),
+           "utilization": Bounds(1e-6, 1, note="the fraction of peak reached"),
+           "price": Bounds(0, 1e12, note="per device-hour"),
+           "budget": Bounds(1, 1e50, note="FLOPs")}
 
 
 def add_arguments(parser) -> None:

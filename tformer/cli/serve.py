@@ -11,6 +11,7 @@ import sys
 
 from tformer.cli._source import add_source_arguments, load_model
 from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds
 
 NAME = "serve"
 HELP = ("Serve a model over HTTP: /v1/completions (continuous batching, streaming), /v1/embeddings (encoders), "
@@ -34,16 +35,16 @@ def add_arguments(parser) -> None:
                         help="on exit, print decode tokens/s by batch size, measured beside the ledger's prediction")
 
 
+# Timeouts far past 1e6 s (11 days, already no limit) overflow the event loop's clock arithmetic.
+NUMBERS = {"max_batch": Bounds(1, 65536, integer=True), "max_queue": Bounds(1, 10 ** 6, integer=True),
+           "max_body_bytes": Bounds(1, 1 << 40, integer=True), "port": Bounds(0, 65535, integer=True),
+           "request_timeout": Bounds(0, 1e6, lo_open=True, note="seconds"),
+           "batch_window_ms": Bounds(0, 10_000, note="milliseconds")}
+
+
 def _check(args) -> None:
-    for name in ("max_batch", "max_queue", "max_body_bytes"):
-        if getattr(args, name) < 1:
-            raise TformerError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not 0 <= args.port <= 65535:
-        raise TformerError(f"--port must be in [0, 65535], got {args.port}")
-    if not args.request_timeout > 0:
-        raise TformerError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
-    if not 0 <= args.batch_window_ms <= 10_000:
-        raise TformerError(f"--batch-window-ms must be in [0, 10000], got {args.batch_window_ms}")
+    for dest, bounds in NUMBERS.items():  # main checks them too; run may be called on its own
+        bounds.check(getattr(args, dest), "--" + dest.replace("_", "-"))
     if args.api_key is not None and not args.api_key.strip():
         raise TformerError("--api-key is empty; pass a key or leave the flag out")
 

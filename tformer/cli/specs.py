@@ -1,14 +1,18 @@
 """`tformer specs`: what this machine is, and its theoretical peaks with their sources."""
 
 import json
-import math
 
 from tformer.cli._cost_common import console as make_console
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds
 
 NAME = "specs"
 HELP = "Show this machine's CPU, caches, memory and GPUs, and theoretical peak FLOP/s and bandwidth."
+# Wide of any CPU and memory made, and narrow enough that the peak formulas give finite numbers.
+NUMBERS = {"clock_ghz": Bounds(1e-3, 1e3, note="GHz"), "fma_units": Bounds(1, 64, integer=True),
+           "simd_bits": Bounds(64, 8192, integer=True), "memory_mts": Bounds(1, 1e6, note="MT/s"),
+           "memory_channels": Bounds(1, 1024, integer=True), "memory_bus_bits": Bounds(1, 8192, integer=True)}
 
 
 def add_arguments(parser) -> None:
@@ -22,11 +26,6 @@ def add_arguments(parser) -> None:
 
 
 def _check(args) -> None:
-    for flag, value in (("--clock-ghz", args.clock_ghz), ("--fma-units", args.fma_units),
-                        ("--simd-bits", args.simd_bits), ("--memory-mts", args.memory_mts),
-                        ("--memory-channels", args.memory_channels), ("--memory-bus-bits", args.memory_bus_bits)):
-        if value is not None and not (value > 0 and math.isfinite(value)):  # inf would print infinite peaks
-            raise TformerError(f"{flag} must be a finite positive number, got {value}")
     if args.simd_bits is not None and args.simd_bits % 64:
         raise TformerError(f"--simd-bits must be a multiple of 64 (128, 256, 512), got {args.simd_bits}")
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tformer.cli.generate import DECODING_NUMBERS
 from tformer.core.errors import TformerError
+from tformer.core.inputs import read_stream
 
 NAME = "translate"
 HELP = "Translate source sentences with an encoder-decoder checkpoint (greedy, sampling or beam search)."
+NUMBERS = DECODING_NUMBERS
 
 
 def add_arguments(parser) -> None:
@@ -49,7 +52,7 @@ def run(args) -> int:
     if args.source_ids:
         rows = [parse_ids(t, "--source-ids") for t in args.source_ids]
     else:
-        texts = args.sentences or [line for line in sys.stdin.read().splitlines() if line.strip()]
+        texts = args.sentences or [line for line in read_stream(sys.stdin).splitlines() if line.strip()]
         if not texts:
             raise TformerError("no source sentences: pass them as arguments or one per line on stdin")
         if src_tok is None:

@@ -4,10 +4,11 @@
     config   ModelConfig (one name per concept), validation, the named presets
     atomic   writers that never leave a half-written file or directory under the final name
     fmt      number formatting: SI prefixes, bytes (GB and GiB), times, percentages
+    inputs   user text, names and numbers checked where they enter (UTF-8, not blank, finite in a range)
 """
 
-from tformer.core import atomic, fmt
+from tformer.core import atomic, fmt, inputs
 from tformer.core.config import ModelConfig, preset, preset_names
 from tformer.core.errors import TformerError
 
-__all__ = ["ModelConfig", "TformerError", "atomic", "fmt", "preset", "preset_names"]
+__all__ = ["ModelConfig", "TformerError", "atomic", "fmt", "inputs", "preset", "preset_names"]

@@ -25,6 +25,11 @@ from tformer.cost.rules import rules_of_thumb
 from tformer.cost.workload import ACTIVATION_BYTES, Workload
 
 _PROJECTION_KINDS = ("qkv_proj", "out_proj", "norm", "residual", "rope")  # around the attention core, not in it
+# The ledger's counts are exact integers, but times, ratios and prices are floats made from them: a count past
+# this (a d_model of 1e308 through --set, a 400-digit --batch) would reach float64's end as inf or an
+# OverflowError. No machine comes within 40 orders of magnitude of it.
+MAX_COUNT = 10 ** 100
+_COUNTED = ("matmul_flops", "other_flops", "bytes_read", "bytes_written", "params", "saved_bytes", "cache_bytes")
 
 
 @dataclass
@@ -185,7 +190,18 @@ def ledger(config, workload: Workload | None = None, **workload_fields) -> Ledge
         workload = replace(workload, **workload_fields)
     arch = describe(config)
     _check(config, arch, workload)
-    return Ledger(config, workload, OpListBuilder(config, workload).build(arch))
+    lg = Ledger(config, workload, OpListBuilder(config, workload).build(arch))
+    _check_counts(lg)
+    return lg
+
+
+def _check_counts(lg: Ledger) -> None:
+    for attr in _COUNTED:
+        total = lg.total(lg.ops, attr)
+        if total > MAX_COUNT:
+            raise TformerError(f"this model and workload come to {len(str(total))}-digit {attr} per step, beyond the "
+                               f"1e100 the ledger computes with (float64 ends at 1.8e308); use smaller sizes "
+                               f"(d_model, n_layers, vocab_size, --batch, --seq)")
 
 
 def _check(config, arch: Architecture, w: Workload) -> None:

@@ -29,6 +29,7 @@ import torch
 
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.core.inputs import number
 from tformer.cost.memory import generation_bytes
 from tformer.generate import sampling
 from tformer.machine import available_memory_bytes
@@ -90,6 +91,9 @@ class GenerationConfig:
                                "or drop --compile")
         if isinstance(self.num_beams, bool) or not isinstance(self.num_beams, int) or self.num_beams < 1:
             raise TformerError(f"num_beams must be a whole number >= 1, got {self.num_beams!r}")
+        # Beam scores divide by length ** length_penalty: beyond ±10 a long output overflows float64 (and nan
+        # or inf would make every score nan).
+        number(self.length_penalty, "length_penalty", -10, 10, note="beam score = log p / length ** this")
         if self.num_beams > 1 and self.sampling:
             raise TformerError("beam search here is deterministic; use num_beams=1 to sample, or drop the sampling options")
         # torch.Generator.manual_seed takes a signed or unsigned 64-bit value; beyond it, a ValueError.

@@ -9,6 +9,7 @@ from dataclasses import fields
 
 from tformer.core.errors import TformerError
 from tformer.core.files import parse_json, read_json
+from tformer.core.inputs import Bounds, shown
 from tformer.machine.device import DTYPES, Device
 from tformer.machine.peaks import cpu_peak_flops, gpu_bandwidth, memory_bandwidth
 from tformer.machine.profile_store import load_measured_device
@@ -23,14 +24,20 @@ _DEVICE_KEYS = {f.name for f in fields(Device)}
 HARDWARE_FIX = "describe the device as a JSON object (see `tformer specs`), a table name or 'measured'"
 
 
+# Any roof, rate or size of a device description: wide enough for a microcontroller and for hardware not yet
+# built, narrow enough that times and ridge points made from it stay finite floats.
+HARDWARE_NUMBER = Bounds(1e-3, 1e30)
+
+
 def _positive(key: str, value) -> float:
+    where = f"hardware field {key!r}"
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise TformerError(f"hardware field {key!r} must be a number, got {value!r}") from None
-    if not number > 0 or number == float("inf"):
-        raise TformerError(f"hardware field {key!r} must be positive and finite, got {value!r}")
-    return number
+        raise TformerError(f"{where} must be a number, got {shown(value)}") from None
+    except OverflowError:  # an integer of hundreds of digits
+        raise HARDWARE_NUMBER.fail(value, where) from None
+    return HARDWARE_NUMBER.check(number, where)
 
 
 def device_from_dict(spec: dict, origin: str = "user description") -> Device:

@@ -7,9 +7,11 @@ one-way bandwidth. Bidirectional figures in datasheets ("900 GB/s NVLink") are h
 
 from __future__ import annotations
 
-import math
-
 from tformer.core.errors import TformerError
+from tformer.core.inputs import Bounds
+
+# GB/s one way: from a modem's (1 kB/s) to a million times NVLink's, so every transfer time stays a finite float.
+LINK_GBPS = Bounds(1e-6, 1e9, note="GB/s one way")
 
 # name -> (bytes/s one way per device, source)
 LINKS: dict[str, tuple[float, str]] = {
@@ -48,9 +50,7 @@ def link_bandwidth(spec: str | float | None, device=None) -> tuple[float | None,
         except ValueError:
             raise TformerError(f"--link-bandwidth {spec!r} is neither a number of GB/s nor a link; give e.g. 450 or one of: "
                                f"{', '.join(LINKS)}") from None
-        if not math.isfinite(gbps) or gbps <= 0:
-            raise TformerError(f"--link-bandwidth must be a finite positive number of GB/s, got {spec!r}")
-        return gbps * 1e9, "given (--link-bandwidth)"
+        return LINK_GBPS.check(gbps, "--link-bandwidth") * 1e9, "given (--link-bandwidth)"
     name = getattr(device, "name", None)
     if name in DEVICE_LINKS:
         bw, source = LINKS[DEVICE_LINKS[name]]

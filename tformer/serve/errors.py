@@ -20,6 +20,8 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str = "invalid_value",
                  headers: dict[str, str] | None = None):
+        # An answer is UTF-8 JSON: a lone surrogate echoed from a request would make encoding it fail (a 500).
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.headers = dict(headers or {})

@@ -2,8 +2,9 @@
 
 Types are strict: "5" is not a number and true is not a whole number; unknown fields are refused.
 ``parse_body`` reads the raw bytes itself (not FastAPI's body parsing) so every way a body can be
-broken (not UTF-8, not JSON, NaN/Infinity, nesting past Python's recursion limit, integers longer
-than the interpreter parses) is one 400 answer naming the problem.
+broken (not UTF-8, not JSON, nesting past Python's recursion limit, integers longer than the interpreter
+parses) is one 400 answer naming the problem, and NaN/Infinity or a lone surrogate ("\\ud800") in a field
+one 400 naming the field.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tformer.core.errors import TformerError
+from tformer.core.inputs import decode_text, first_bad_text
 from tformer.serve.errors import APIError
 
 MAX_STOP = 4
@@ -79,30 +82,63 @@ class EmbeddingRequest(_Strict):
     user: str | None = None
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
+class _NotANumber:
+    """Where the body wrote NaN, Infinity or -Infinity: kept as a marker, so the 400 can name its field."""
+
+    def __init__(self, spelled: str):
+        self.spelled = spelled
 
 
 def parse_body(raw: bytes, schema: type[BaseModel]):
     """``schema`` from the raw body, or an APIError(400) naming the field and what it accepts."""
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError:
-        raise APIError(400, "the body is not UTF-8 text; send JSON encoded as UTF-8", code="invalid_json") from None
+        text = decode_text(raw, "the body", fix="send JSON encoded as UTF-8")
+    except TformerError as exc:
+        raise APIError(400, str(exc), code="invalid_utf8") from None
+    try:
+        data = json.loads(text, parse_constant=_NotANumber)
     except RecursionError:
         raise APIError(400, "the JSON nests too deeply; send a flat request object", code="invalid_json") from None
-    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, an integer with too many digits
+    except ValueError as exc:  # JSONDecodeError, an integer with too many digits
         raise APIError(400, f"the body is not valid JSON ({str(exc).splitlines()[0]}); send one JSON object",
                        code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, f"the body is JSON {type(data).__name__}, not an object; send one JSON object",
                        code="invalid_json")
+    for field, value in data.items():
+        _check_field(field, value)
     try:
         return schema.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(exc, schema) from None
     except RecursionError:
         raise APIError(400, "the JSON nests too deeply; send a flat request object", code="invalid_json") from None
+
+
+def _check_field(field: str, value) -> None:
+    """A field's text is Unicode and its numbers are numbers, before any schema or tokenizer sees them: JSON can
+    spell a lone surrogate ("\\ud800"), which no tokenizer encodes and no answer can carry back, and Python's
+    parser takes NaN and Infinity, which JSON has no place for."""
+    bad = first_bad_text(field, escaped=False)
+    if bad is not None:
+        raise APIError(400, f"a field name is not valid UTF-8 ({bad}); send field names as UTF-8 text",
+                       code="invalid_text")
+    stack = [value]
+    while stack:  # iterative: the body's nesting is bounded by the parser, not by this walk's recursion
+        item = stack.pop()
+        if isinstance(item, _NotANumber):
+            raise APIError(400, f"{field} holds {item.spelled}, which is not a JSON number; expected "
+                           f"{FIELD_RULES.get(field, 'a finite number')}", param=field, code="invalid_value")
+        if isinstance(item, str):
+            bad = first_bad_text(item, escaped=False)
+            if bad is not None:
+                raise APIError(400, f"{field} is not valid UTF-8 ({bad}); send it as UTF-8 text", param=field,
+                               code="invalid_text")
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
 
 
 def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> APIError:

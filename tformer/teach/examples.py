@@ -27,10 +27,14 @@ from pathlib import Path
 
 from tformer.core.errors import TformerError
 from tformer.core.files import parse_json, read_text
+from tformer.core.inputs import Bounds, check_text
 
 MAX_EXAMPLE_BYTES = 4 << 20  # a hand-sized example is a few KB; the walkthrough prints every number
 _FIX = "pass a JSON object with keys X, W_Q, W_K, W_V (optional W_O, tokens), or a CSV of X"
 MATRICES = ("X", "W_Q", "W_K", "W_V", "W_O")
+# An entry a student can redo by hand. The bound keeps every product and sum the walkthrough forms (Q Kᵀ of
+# rows as wide as a 4 MB file allows) far inside float64, so the scores stay finite and the softmax exact.
+ENTRY = Bounds(-1e6, 1e6)
 
 
 @dataclass
@@ -111,6 +115,8 @@ def _from_json(text: str, path: Path) -> Example:
     tokens = data.get("tokens")
     if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
         raise TformerError(f"tokens in {path} must be a list of strings, one per row of X")
+    for i, token in enumerate(tokens or [], start=1):  # JSON may spell a lone surrogate, which no terminal prints
+        check_text(token, f"token {i} in {path}", escaped=False, fix="give each token as UTF-8 text")
     return Example(tokens or _numbered(len(m["X"])), m["X"], m["W_Q"], m["W_K"], m["W_V"], m.get("W_O"),
                    source=str(path))
 
@@ -167,8 +173,9 @@ def _matrix(value, name: str) -> list[list[float]]:
                                "every row needs the same length")
         for x in row:
             # bool is an int in Python; true/false in a matrix is a mistake, not 1/0
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
                 raise TformerError(f"{name} row {i} holds {x!r}; entries must be finite numbers")
+            ENTRY.check(x, f"{name} row {i}: an entry")
     return [[float(x) for x in row] for row in value]
 
 
