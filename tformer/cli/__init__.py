@@ -22,8 +22,8 @@ from tformer.core.errors import TformerError
 
 # Commands listed here come first in --help, in this order; any other module in
 # tformer/cli/ follows alphabetically.
-COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train", "finetune", "generate", "translate",
-                 "serve", "export", "quantize", "prune", "data", "attention", "presets", "demo"]
+COMMAND_ORDER = ["report", "count", "scale", "specs", "bench", "profile", "train", "finetune", "generate", "perplexity",
+                 "translate", "serve", "export", "quantize", "prune", "data", "attention", "presets", "demo"]
 
 __all__ = ["COMMAND_ORDER", "build_parser", "command_modules", "main"]
 

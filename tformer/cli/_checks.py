@@ -25,6 +25,7 @@ NAMES = {
     "objective": ("an objective name", False),
     "hf": ("a Hugging Face model folder or a packaged model's name", True),
     "ckpt": ("a checkpoint folder", True),
+    "gguf": ("a GGUF file or a packaged model's name", False),
     "from_": ("a model: a packaged name, a preset or a folder", True),
     "out": ("an output folder", True),
     "data": ("a corpus name, or a text file or folder", True),

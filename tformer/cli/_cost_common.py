@@ -11,6 +11,7 @@ from tformer.core.inputs import Bounds
 from tformer.cost.layout import Layout, parse_zero
 from tformer.cost.ledger import Workload
 from tformer.cost.parallel import parallel_summary
+from tformer.data.gguf_models import PACKAGED_GGUF
 from tformer.interop import load_config as load
 from tformer.machine import resolve_hardware
 from tformer.machine.links import LINKS, link_bandwidth
@@ -21,6 +22,8 @@ def add_model_arguments(parser) -> None:
     src.add_argument("--preset", help="preset name (see `tformer presets`); default char-small")
     src.add_argument("--config", metavar="FILE", help="a tformer config JSON (or a Hugging Face config.json)")
     src.add_argument("--hf", metavar="DIR", help="a Hugging Face model directory (reads its config.json)")
+    src.add_argument("--gguf", metavar="FILE|NAME",
+                     help="a GGUF file, or a packaged one (smollm2-135m-instruct): its metadata, not its weights")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
     g = parser.add_argument_group("attention kind (long context; each flag sets the config field named after it)")
     g.add_argument("--attn", metavar="KIND", help=f"attention kind (attn_impl): {', '.join(ATTN_KINDS)}")
@@ -141,6 +144,9 @@ def load_config(args):
 
     # A Path, so that --config/--hf never falls back to a preset of the same name.
     path = args.config or args.hf
+    if getattr(args, "gguf", None):
+        path = args.gguf if args.gguf in PACKAGED_GGUF else Path(args.gguf)
+        return load(path, overrides=args.set + attention_overrides(args))
     return load(Path(path) if path else args.preset or "char-small", overrides=args.set + attention_overrides(args))
 
 
