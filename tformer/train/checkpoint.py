@@ -19,13 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from tformer.core.atomic import atomic_dir, existing_dir
 from tformer.core.errors import TformerError
-from tformer.core.files import FileFormatError, read_json, read_safetensors_header
+from tformer.core.files import FileFormatError
 from tformer.interop import checkpoint as model_files
 from tformer.train import fsdp
+from tformer.train.run_state_check import validate_run_state
 
 
 def save_weights(model, directory: str | Path, weights: dict[str, torch.Tensor] | None = None) -> None:
@@ -62,35 +63,28 @@ def save_checkpoint(directory: str | Path, model, optimizer, state: dict[str, An
         (tmp / "state.json").write_text(json.dumps(full_state, indent=1))
 
 
-def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Restore weights (and optimizer, RNG) in place; return (state, data-sampler tensors)."""
+def load_checkpoint(directory: str | Path, model, optimizer=None, *, sampler: dict | None = None,
+                    run_dir: str | Path | None = None, max_lr: float | None = None
+                    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Restore weights (and optimizer, RNG) in place; return (state, data-sampler tensors).
+
+    Every field is checked first (tformer.train.run_state_check.validate_run_state, which takes ``sampler``,
+    ``run_dir`` and ``max_lr``): a damaged checkpoint is refused in one line with nothing restored.
+    """
     found = existing_dir(directory)
     if found is None:
         raise TformerError(f"no checkpoint at {directory}; train first or point --resume at a run's output directory")
     model = model_files.unwrap(model)
     try:
-        saved_config = model_files.read_config(found)
-        if saved_config != model.config:
-            diff = [k for k, v in saved_config.to_dict().items() if model.config.to_dict().get(k) != v and k != "name"]
-            if diff:
-                raise TformerError(
-                    f"checkpoint at {found} was trained with a different model ({', '.join(diff[:4])} differ); "
-                    "resume with the same --preset/--set options or start a new --out directory"
-                )
-        state = _read_json(found / "state.json")
-        rng = _load_tensors(found / "rng.safetensors")
-        optim_sd = None
-        if optimizer is not None:
-            tensors = _load_tensors(found / "optimizer.safetensors")
-            meta = _read_json(found / "optimizer.json")
-            optim_sd = _unflatten_optimizer(tensors, meta)
+        run = validate_run_state(found, model, optimizer, sampler=sampler,
+                                 run_dir=None if run_dir is None else Path(run_dir), max_lr=max_lr)
         if fsdp.is_sharded(model):
             # Every rank reads the full tensors and keeps its own shard.
-            fsdp.load_full(model, optimizer, model_files.read_state_dict(found), optim_sd)
+            fsdp.load_full(model, optimizer, model_files.read_state_dict(found), run.optimizer)
         else:
             model_files.load_weights(model, found)
-            if optim_sd is not None:
-                optimizer.load_state_dict(optim_sd)
+            if run.optimizer is not None:
+                optimizer.load_state_dict(run.optimizer)
     except FileFormatError:
         raise  # already one line naming the file, what is wrong with it and the fix
     except model_files.CorruptCheckpoint as exc:
@@ -99,30 +93,13 @@ def load_checkpoint(directory: str | Path, model, optimizer=None) -> tuple[dict[
         if isinstance(exc, TformerError):
             raise
         raise _corrupt(found, exc) from None
-    torch.set_rng_state(rng["torch"])
-    for key, value in rng.items():
-        if key.startswith("cuda.") and torch.cuda.is_available():
+    torch.set_rng_state(run.rng["torch"])
+    for key, value in run.rng.items():
+        if key.startswith("cuda."):
             torch.cuda.set_rng_state(value, int(key.split(".")[1]))
-    py = state.pop("python_rng", None)
-    if py is not None:
-        random.setstate((py[0], tuple(py[1]), py[2]))
-    np_state = state.pop("numpy_rng", None)
-    if np_state is not None:
-        np.random.set_state((np_state[0], np.array(np_state[1], dtype=np.uint32), *np_state[2:]))
-    data = {k[len("data."):]: v for k, v in rng.items() if k.startswith("data.")}
-    return state, data
-
-
-def _load_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """A checkpoint's tensors, its header checked first: a damaged file (or a pickle put in its place)
-    is named before any of it is read."""
-    read_safetensors_header(path, "checkpoint file", fix="delete the checkpoint or resume from another")
-    return load_file(str(path))
-
-
-def _read_json(path: Path) -> dict:
-    # the numpy RNG state is a list of 624 numbers: large but flat
-    return read_json(path, "checkpoint file", max_bytes=64 << 20, fix="delete the checkpoint or resume from another")
+    random.setstate(run.python_rng)
+    np.random.set_state(run.numpy_rng)
+    return run.state, run.data
 
 
 def _corrupt(found: Path, exc: BaseException) -> TformerError:
@@ -139,11 +116,3 @@ def _flatten_optimizer(sd: dict) -> tuple[dict[str, torch.Tensor], dict]:
             else:
                 scalars[f"{idx}.{name}"] = value
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
-
-
-def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in list(tensors.items()) + list(meta["scalars"].items()):
-        idx, name = key.split(".", 1)
-        state.setdefault(int(idx), {})[name] = value
-    return {"state": state, "param_groups": meta["param_groups"]}

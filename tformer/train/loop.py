@@ -196,7 +196,9 @@ class Trainer:
 
     # -- the run ---------------------------------------------------------------------------
     def resume(self) -> None:
-        state, data = load_checkpoint(find_checkpoint(self.out), self.model, self.optimizer)
+        # Checked whole before anything is restored: the sampler's form, the metrics log and the --lr bound it.
+        state, data = load_checkpoint(find_checkpoint(self.out), self.model, self.optimizer,
+                                      sampler=self.source.state_dict(), run_dir=self.out, max_lr=self.args.lr)
         self.step, self.elapsed = int(state["step"]), float(state["elapsed_s"])
         self.best_val = float(state.get("best_val_loss", math.inf))
         self.source.load_state_dict(data)
