@@ -1,0 +1,710 @@
+"""GGUF out: a tformer model and its tokenizer as one file that llama.cpp (and ollama, which runs llama.cpp) loads.
+
+    result = save_gguf(model, "shakespeare.q8_0.gguf", "q8_0", tokenizer)
+    print(result.path, result.bytes, result.tensor_types)      # {"F32": 9, "Q8_0": 11}
+
+Two of llama.cpp's architectures hold what tformer trains:
+
+- ``llama``: a decoder with RoPE, RMSNorm, a SwiGLU MLP and no biases (LLaMA, SmolLM2, a tformer llama). llama.cpp
+  rotates consecutive pairs of a head's dimensions where tformer (as Hugging Face) rotates its two halves, so the
+  Q and K rows are written in llama.cpp's pair order: the inverse of ``gguf_model.unpermute``.
+- ``gpt2``: a decoder with learned positions and LayerNorm (GPT-2, the course's char-small). llama.cpp holds Q, K
+  and V as one fused matrix, and every Linear has a bias (a model trained without them gets zero ones: the same
+  sums).
+
+Anything else (an encoder, an RNN, Mistral's sliding window, which llama.cpp's llama has no key for, other
+attention kinds, RoPE scaling, ...) is refused in one line before anything is written.
+
+Tensor types (``ggml_type``): f32, f16, q8_0 or q4_1 for the matrices; norms, biases and the learned position
+table stay F32 whatever the type, as llama.cpp's own converter and quantizer keep them. q8_0 and q4_1 store
+blocks of 32 values along a row, so a matrix whose rows are not a multiple of 32 long is written as F16
+instead (as llama.cpp's converter falls back), and the result says which. A tied head is written once: a file
+without ``output.weight`` is read as tied. The blocks are tformer's own (``gguf_quants.quantize``, byte for byte
+gguf-py's); the file itself is laid out by gguf-py's ``GGUFWriter``, streamed one tensor at a time into a
+temporary file beside the target that is renamed into place only once complete and synced.
+
+The tokenizer goes in the file too (llama.cpp cannot run a model without one), as a byte-level BPE vocabulary
+(``tokenizer.ggml.model = "gpt2"``):
+
+- from a GGUF file (``GGUFTokenizer``): its ``tokenizer.*`` metadata exactly as read, when the tokenizer carries
+  it (``keep_gguf_metadata``); else rebuilt from the tokenizer (tokens, control / user-defined types, merges,
+  pre-tokenizer, special ids, add_bos/add_eos, chat template);
+- GPT-2's tiktoken ranks (``GPT2Tokenizer``): tokens spelled in GPT-2's byte alphabet, the merges recovered from
+  the ranks, pre-tokenizer ``gpt-2``;
+- a byte-level BPE ``tokenizer.json`` (``ByteBPETokenizer``, a Hugging Face folder's tokenizer) whose
+  pre-tokenizer is GPT-2's: its tokens and merges, pre-tokenizer ``gpt-2``;
+- characters (``CharTokenizer``): each character a byte-level token and no merges, which splits text into
+  characters exactly as the tokenizer did; only when every character is one byte (ASCII).
+
+A vocabulary smaller than the model's embedding is padded with unused ``[PAD{id}]`` tokens (llama.cpp needs one
+token per row); a larger one is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tformer.core.atomic import atomic_path
+from tformer.core.attention_kinds import EXACT_KINDS
+from tformer.core.errors import TformerError
+from tformer.interop.checkpoint import unwrap
+from tformer.interop.gguf_quants import quantize, quantized_nbytes
+from tformer.interop.hf_config import config_to_hf
+
+# --type -> the ggml type of the matrices, and llama.cpp's general.file_type (llama_ftype) for a file of them.
+TYPES = {"f32": "F32", "f16": "F16", "q8_0": "Q8_0", "q4_1": "Q4_1"}
+_FILE_TYPES = {"f32": 0, "f16": 1, "q4_1": 3, "q8_0": 7}  # ALL_F32, MOSTLY_F16, MOSTLY_Q4_1, MOSTLY_Q8_0
+_BLOCK = 32  # values per Q8_0 / Q4_1 block
+ARCHITECTURES = ("llama", "gpt2")
+EXPORTS = ("tformer writes GGUF for llama (RoPE + RMSNorm + SwiGLU decoder, no biases, exact attention) and gpt2 "
+           "(learned positions + LayerNorm decoder)")
+QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION, which every quantized llama.cpp file names
+
+# tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
+NORMAL, CONTROL, USER_DEFINED, UNUSED = 1, 3, 4, 5
+# A tokenizer's role -> its id key; llama.cpp spells the separator "seperator".
+ROLE_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id", "unk": "unknown_token_id",
+             "sep": "seperator_token_id", "cls": "cls_token_id", "mask": "mask_token_id"}
+# llama.cpp's end-of-text token for a gpt2 vocabulary whose file names none.
+_DEFAULT_EOS = 11
+
+
+@dataclass
+class GGUFExport:
+    """What save_gguf wrote."""
+
+    path: Path
+    arch: str  # llama | gpt2
+    ggml_type: str  # the --type: f32, f16, q8_0, q4_1
+    bytes: int
+    tensors: int
+    tensor_types: dict[str, int]  # ggml type -> how many tensors are stored in it
+    tokenizer: str  # the vocabulary written, in words
+    notes: list[str] = field(default_factory=list)  # fallbacks and caveats, one line each
+
+
+@dataclass
+class _Entry:
+    key: str
+    value: object
+    type: str  # a GGUF value type as GGUFFile.metadata_types spells it: u32, f32, bool, string, array[string] ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Which architecture, or why none
+
+
+def _refuse(config, what: str) -> TformerError:
+    return TformerError(f"cannot export {config.name} as GGUF: {what}; {EXPORTS}")
+
+
+def gguf_architecture(config) -> str:
+    """The llama.cpp architecture ``config`` is written as (llama or gpt2), or a one-line TformerError naming
+    what no GGUF file tformer writes can hold. The config alone is read: a --preset is checked before it is built."""
+    if config.arch != "decoder":
+        raise _refuse(config, f"it is {config.traits.label}")
+    if config.task:
+        raise _refuse(config, f"it has a {config.task} head in place of the LM head")
+    if config.quantize != "none":
+        raise _refuse(config, f"its Linears are tformer's {config.quantize} ones; export the float model (before "
+                              "tformer quantize) and pick the GGUF --type instead")
+    if config.position == "rope" and config.norm == "rmsnorm":
+        arch = "llama"
+    elif config.position == "learned" and config.norm == "layernorm":
+        arch = "gpt2"
+    else:
+        raise _refuse(config, f"position='{config.position}' with norm='{config.norm}' is neither llama's "
+                              "(rope + rmsnorm) nor gpt2's (learned + layernorm)")
+    if config.attn_impl == "sliding":
+        raise _refuse(config, f"sliding-window attention (window {config.attn_window}: Mistral's) has no key in "
+                              f"llama.cpp's {arch} architecture, which would attend to the whole context")
+    if config.attn_impl not in EXACT_KINDS:
+        raise _refuse(config, f"attention kind '{config.attn_impl}' is not the plain softmax attention llama.cpp "
+                              f"computes (exact kinds: {', '.join(EXACT_KINDS)})")
+    if arch == "llama":
+        if config.bias:
+            raise _refuse(config, "biases (bias=True): tformer writes llama files without them (llama.cpp's "
+                                  "optional llama biases are neither written nor checked against it yet)")
+        if not (config.gated_mlp and config.activation == "silu"):
+            raise _refuse(config, f"llama.cpp's llama computes a SwiGLU MLP (silu, gated); this one is "
+                                  f"activation='{config.activation}', gated_mlp={config.gated_mlp}")
+        if config.rope_scaling != "none":
+            raise _refuse(config, f"RoPE scaling '{config.rope_scaling}' is not written yet (plain RoPE only)")
+    elif config.activation not in ("gelu_tanh", "gelu"):
+        raise _refuse(config, f"llama.cpp's gpt2 computes GELU; this MLP is activation='{config.activation}'"
+                              + (" (gated)" if config.gated_mlp else ""))
+    # Every other field (norm placement, a final norm, scaled embeddings, grouped heads on gpt2, ...) against what
+    # the Hugging Face family of the same name holds: llama.cpp's llama and gpt2 hold the same models.
+    # gpt2's biases are written as zeros when the model has none; the exact attention kinds compute the same
+    plain = config.replace(attn_impl="sdpa", **({"bias": True} if arch == "gpt2" else {}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dropout rates: a GGUF file is for inference
+        try:
+            config_to_hf(plain)
+        except TformerError as exc:
+            reason = str(exc).split(": ", 1)[-1] if str(exc).startswith("this model cannot be saved") else str(exc)
+            raise _refuse(config, f"llama.cpp's {arch} cannot hold {reason}") from None
+    return arch
+
+
+def check_type(ggml_type: str) -> str:
+    """``ggml_type`` (f32, f16, q8_0, q4_1; any case) normalised, or a one-line TformerError."""
+    name = str(ggml_type).lower()
+    if name not in TYPES:
+        raise TformerError(f"--type {ggml_type} is not a GGUF type tformer writes; choose one of: {', '.join(TYPES)}")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors
+
+
+@dataclass
+class _Tensor:
+    name: str  # llama.cpp's
+    shape: tuple[int, ...]  # PyTorch order
+    make: object  # () -> the fp32 tensor
+    ggml_type: str
+
+
+def _permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Q or K rows from Hugging Face's half order to llama.cpp's pair order: the inverse of gguf_model.unpermute
+    (each head's rows as two halves of head_dim/2, interleaved into consecutive pairs)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _plan(model, config, arch: str, ggml_type: str) -> tuple[list[_Tensor], list[str]]:
+    """The tensors to write, in file order, and notes; every tensor of the model must find a place."""
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    used: set[str] = set()
+
+    def take(name: str) -> torch.Tensor:
+        used.add(name)
+        return state[name]
+
+    def fp32(t: torch.Tensor) -> torch.Tensor:
+        return t.to("cpu", torch.float32)
+
+    plan: list[_Tensor] = []
+    fallback: list[str] = []
+
+    def add(name: str, make, shape, matrix: bool = True) -> None:
+        kind = TYPES[ggml_type] if matrix and len(shape) == 2 else "F32"
+        if kind in ("Q8_0", "Q4_1") and shape[-1] % _BLOCK:
+            kind = "F16"
+            fallback.append(name)
+        plan.append(_Tensor(name, tuple(int(s) for s in shape), make, kind))
+
+    def direct(name: str, ours: str, matrix: bool = True) -> None:
+        t = take(ours)
+        add(name, lambda: fp32(t), t.shape, matrix)
+
+    def linear(name: str, ours: str) -> None:
+        direct(f"{name}.weight", f"{ours}.weight")
+        rows = state[f"{ours}.weight"].shape[0]
+        add(f"{name}.bias", _bias(state, used, [ours], [rows]), (rows,))
+
+    direct("token_embd.weight", "tok_embed.weight")
+    if arch == "gpt2":
+        # llama.cpp never quantizes the position table (its converter keeps it F32, its quantizer skips it)
+        direct("position_embd.weight", "decoder.positions.weight", matrix=False)
+    for i in range(config.n_layers):
+        o, b = f"decoder.layers.{i}", f"blk.{i}"
+        if arch == "llama":
+            direct(f"{b}.attn_norm.weight", f"{o}.attn_norm.weight")
+            q, k = take(f"{o}.attn.q_proj.weight"), take(f"{o}.attn.k_proj.weight")
+            add(f"{b}.attn_q.weight", lambda q=q: _permute(fp32(q), config.n_heads), q.shape)
+            add(f"{b}.attn_k.weight", lambda k=k: _permute(fp32(k), config.n_kv_heads), k.shape)
+            direct(f"{b}.attn_v.weight", f"{o}.attn.v_proj.weight")
+            direct(f"{b}.attn_output.weight", f"{o}.attn.o_proj.weight")
+            direct(f"{b}.ffn_norm.weight", f"{o}.mlp_norm.weight")
+            direct(f"{b}.ffn_gate.weight", f"{o}.mlp.gate.weight")
+            direct(f"{b}.ffn_up.weight", f"{o}.mlp.up.weight")
+            direct(f"{b}.ffn_down.weight", f"{o}.mlp.down.weight")
+        else:
+            direct(f"{b}.attn_norm.weight", f"{o}.attn_norm.weight")
+            direct(f"{b}.attn_norm.bias", f"{o}.attn_norm.bias")
+            qkv = [take(f"{o}.attn.{x}_proj.weight") for x in "qkv"]
+            rows = [t.shape[0] for t in qkv]
+            add(f"{b}.attn_qkv.weight", lambda qkv=qkv: torch.cat([fp32(t) for t in qkv]),
+                (sum(rows), qkv[0].shape[1]))
+            add(f"{b}.attn_qkv.bias", _bias(state, used, [f"{o}.attn.{x}_proj" for x in "qkv"], rows), (sum(rows),))
+            linear(f"{b}.attn_output", f"{o}.attn.o_proj")
+            direct(f"{b}.ffn_norm.weight", f"{o}.mlp_norm.weight")
+            direct(f"{b}.ffn_norm.bias", f"{o}.mlp_norm.bias")
+            linear(f"{b}.ffn_up", f"{o}.mlp.up")
+            linear(f"{b}.ffn_down", f"{o}.mlp.down")
+    direct("output_norm.weight", "decoder.final_norm.weight")
+    if arch == "gpt2":
+        direct("output_norm.bias", "decoder.final_norm.bias")
+    head = state.get("lm_head.weight")
+    if head is not None:
+        tied = config.tied_embeddings and (head.data_ptr() == state["tok_embed.weight"].data_ptr()
+                                           or torch.equal(head, state["tok_embed.weight"]))
+        if tied:
+            used.add("lm_head.weight")  # llama.cpp reads a file without output.weight as tied
+        else:
+            direct("output.weight", "lm_head.weight")
+    left = [k for k in state if k not in used]
+    if left:
+        shown = ", ".join(left[:4]) + (f", ... ({len(left) - 4} more)" if len(left) > 4 else "")
+        raise _refuse(config, f"llama.cpp's {arch} has no place for {shown} (a bias where it has none, adapter "
+                              "or LoRA weights: merge them first)")
+    notes = []
+    if fallback:
+        shown = ", ".join(fallback[:3]) + (f" and {len(fallback) - 3} more" if len(fallback) > 3 else "")
+        notes.append(f"{len(fallback)} matrices have rows that are not a multiple of {_BLOCK} values, which "
+                     f"{TYPES[ggml_type]} blocks need; written as F16 instead: {shown}")
+    return plan, notes
+
+
+def _bias(state, used: set[str], modules: list[str], sizes: list[int]):
+    """The bias of one or several (fused) Linears; zeros for one trained without (the same sum)."""
+    parts = []
+    for module, size in zip(modules, sizes):
+        name = f"{module}.bias"
+        if name in state:
+            used.add(name)
+            parts.append(state[name])
+        else:
+            parts.append(torch.zeros(size))
+    return lambda: torch.cat([p.to("cpu", torch.float32) for p in parts])
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata
+
+
+def _model_metadata(config, arch: str, ggml_type: str) -> list[_Entry]:
+    a = f"{arch}."
+    out = [
+        _Entry("general.name", str(config.name), "string"),
+        _Entry(a + "vocab_size", config.vocab_size, "u32"),
+        _Entry(a + "context_length", config.max_positions, "u32"),
+        _Entry(a + "embedding_length", config.d_model, "u32"),
+        _Entry(a + "block_count", config.n_layers, "u32"),
+        _Entry(a + "feed_forward_length", config.d_ff, "u32"),
+        _Entry(a + "attention.head_count", config.n_heads, "u32"),
+    ]
+    if arch == "llama":
+        out += [
+            _Entry(a + "attention.head_count_kv", config.n_kv_heads, "u32"),
+            _Entry(a + "attention.layer_norm_rms_epsilon", float(config.norm_eps), "f32"),
+            _Entry(a + "rope.freq_base", float(config.rope_theta), "f32"),
+            # llama.cpp rotates the whole head and checks that the file says so
+            _Entry(a + "rope.dimension_count", config.head_dim, "u32"),
+        ]
+        if config.head_dim * config.n_heads != config.d_model:  # else llama.cpp derives it
+            out += [_Entry(a + "attention.key_length", config.head_dim, "u32"),
+                    _Entry(a + "attention.value_length", config.head_dim, "u32")]
+    else:
+        out.append(_Entry(a + "attention.layer_norm_epsilon", float(config.norm_eps), "f32"))
+    out += [_Entry("general.file_type", _FILE_TYPES[ggml_type], "u32"),
+            _Entry("general.quantization_version", QUANTIZATION_VERSION, "u32")]
+    return out
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2's byte -> character table: printable bytes stand for themselves, the others from U+0100 on, so
+    that every token of a byte-level vocabulary is printable text (llama.cpp and gguf files spell them so)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {b: chr(b) for b in keep}, 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+BYTE_ALPHABET = _byte_alphabet()
+
+
+def byte_level(data: bytes) -> str:
+    return "".join(BYTE_ALPHABET[b] for b in data)
+
+
+@dataclass
+class _Vocabulary:
+    """A byte-level BPE vocabulary to write: tokens by id, their types, merges, ids by role."""
+
+    tokens: list[str]
+    types: list[int]
+    merges: list[str]
+    special_ids: dict[str, int]
+    pre: str
+    add_bos: bool = False
+    add_eos: bool | None = None  # None: not written (llama.cpp's default, false)
+    chat_template: str | None = None
+    source: str = ""  # the tokenizer, in words
+
+
+def merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """The merge list that tiktoken's ranks stand for, in rank order.
+
+    tiktoken merges the adjacent pair whose concatenation has the lowest rank; a merge list merges the listed pair
+    that comes first. The pair that forms token T is what byte-pair merging T's own bytes with every rank below
+    T's leaves: two parts, whose ranks order the merges the same way as T's rank."""
+    merges = []
+    for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+        if len(token) < 2:
+            continue
+        parts = [token[i:i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best, at = None, -1
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and r < rank and (best is None or r < best):
+                    best, at = r, i
+            if best is None:
+                break
+            parts[at:at + 2] = [parts[at] + parts[at + 1]]
+        if len(parts) != 2 or parts[0] not in ranks or parts[1] not in ranks:
+            raise TformerError(f"the tiktoken ranks give token {token!r} (rank {rank}) no pair of lower-ranked "
+                               "tokens it is merged from; they are not a byte-pair encoding a merge list can hold")
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
+def _from_tiktoken(tok) -> _Vocabulary:
+    from tformer.data.tokenizers import GPT2_EOT, GPT2_EOT_ID, GPT2_RANKS_SHA256_PREFIX, load_tiktoken_ranks
+
+    ranks = load_tiktoken_ranks(tok.ranks_path, GPT2_RANKS_SHA256_PREFIX)
+    n = tok.vocab_size
+    tokens: list[str | None] = [None] * n
+    for token, rank in ranks.items():
+        tokens[rank] = byte_level(token)
+    tokens[GPT2_EOT_ID] = GPT2_EOT
+    types = [NORMAL] * n
+    types[GPT2_EOT_ID] = CONTROL
+    missing = [i for i, t in enumerate(tokens) if t is None]
+    if missing:
+        raise TformerError(f"the GPT-2 ranks leave token id {missing[0]} without a token; fetch them again")
+    merges = [f"{byte_level(a)} {byte_level(b)}" for a, b in merges_from_ranks(ranks)]
+    return _Vocabulary(tokens, types, merges, dict(tok.special_ids), "gpt-2", source="GPT-2's BPE (tiktoken ranks)")
+
+
+def _from_chars(tok) -> _Vocabulary:
+    wide = next((c for c in tok.chars if ord(c) > 0x7F), None)
+    if wide is not None:
+        raise TformerError(f"the character tokenizer holds {wide!r} (U+{ord(wide):04X}), which is more than one byte "
+                           "in UTF-8; llama.cpp's byte-level vocabulary can stand for a character tokenizer only when "
+                           "every character is ASCII: train with a bpe or gpt2 tokenizer to export this one")
+    tokens = list(tok.specials.values()) + [byte_level(c.encode("ascii")) for c in tok.chars]
+    types = [CONTROL] * len(tok.specials) + [NORMAL] * len(tok.chars)
+    return _Vocabulary(tokens, types, [], dict(tok.special_ids), "gpt-2",
+                       source="characters as single-byte tokens")
+
+
+def _hf_json(hf) -> dict:
+    return json.loads(hf.to_str())
+
+
+def _from_hf(hf, special_ids: dict[str, int], what: str) -> _Vocabulary:
+    """A byte-level BPE tokenizer.json with GPT-2's pre-tokenizer (what ByteBPETokenizer trains)."""
+    d = _hf_json(hf)
+    model, pre, norm, dec = d.get("model") or {}, d.get("pre_tokenizer") or {}, d.get("normalizer"), d.get("decoder")
+    problems = []
+    if model.get("type") != "BPE":
+        problems.append(f"its model is {model.get('type')}, not BPE")
+    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+        problems.append("its pre-tokenizer is not GPT-2's byte-level split (ByteLevel, use_regex, no prefix space)")
+    if norm is not None:
+        problems.append(f"it has a normalizer ({norm.get('type')}), which llama.cpp does not apply")
+    if (dec or {}).get("type") != "ByteLevel":
+        problems.append("its decoder is not ByteLevel")
+    if model.get("byte_fallback") or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix") \
+            or model.get("ignore_merges"):
+        problems.append("its BPE model has options (byte_fallback, subword prefix or suffix, ignore_merges) "
+                        "llama.cpp's gpt-2 vocabulary lacks")
+    if problems:
+        raise TformerError(f"{what} cannot be written as llama.cpp's byte-level BPE vocabulary: {'; '.join(problems)}")
+    vocab = hf.get_vocab(with_added_tokens=True)
+    n = max(vocab.values()) + 1 if vocab else 0
+    tokens: list[str | None] = [None] * n
+    for token, i in vocab.items():
+        tokens[i] = token
+    missing = [i for i, t in enumerate(tokens) if t is None]
+    if missing:
+        raise TformerError(f"{what} has no token with id {missing[0]}; llama.cpp's vocabulary numbers tokens 0..n-1")
+    types = [NORMAL] * n
+    for added in d.get("added_tokens") or []:
+        types[added["id"]] = CONTROL if added.get("special") else USER_DEFINED
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    return _Vocabulary(tokens, types, merges, special_ids, "gpt-2", source=what)
+
+
+def _from_gguf_tokenizer(tok) -> _Vocabulary:
+    """Rebuilt from a GGUFTokenizer that does not carry its file's metadata (see keep_gguf_metadata)."""
+    vocab = tok.hf.get_vocab(with_added_tokens=True)
+    tokens: list[str | None] = [None] * (max(vocab.values()) + 1)
+    for token, i in vocab.items():
+        tokens[i] = token
+    missing = [i for i, t in enumerate(tokens) if t is None]
+    if missing:
+        raise TformerError(f"the GGUF tokenizer has no token with id {missing[0]}")
+    added = {a["id"]: a for a in _hf_json(tok.hf).get("added_tokens") or []}
+    types = [CONTROL if i in tok.control_ids else USER_DEFINED if i in added else NORMAL for i in range(len(tokens))]
+    model = _hf_json(tok.hf).get("model") or {}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    return _Vocabulary(tokens, types, merges, dict(tok.special_ids), tok.pre, add_bos=tok.add_bos,
+                       add_eos=tok.add_eos or None, chat_template=tok.chat_template,
+                       source=f"the GGUF file's tokenizer (rebuilt; pre-tokenizer {tok.pre})")
+
+
+def _vocabulary(tokenizer, config) -> _Vocabulary:
+    from tformer.data.tokenizers import CharTokenizer, GPT2Tokenizer, HFTokenizer, WordPieceTokenizer
+    from tformer.interop.gguf_tokenizer import GGUFTokenizer
+
+    config_ids = {r: getattr(config, f"{r}_token_id") for r in ("bos", "eos", "pad")
+                  if getattr(config, f"{r}_token_id") is not None}
+    if isinstance(tokenizer, GGUFTokenizer):
+        return _from_gguf_tokenizer(tokenizer)
+    if isinstance(tokenizer, GPT2Tokenizer):
+        return _from_tiktoken(tokenizer)
+    if isinstance(tokenizer, CharTokenizer):
+        return _from_chars(tokenizer)
+    if isinstance(tokenizer, WordPieceTokenizer):
+        raise TformerError("a WordPiece tokenizer (BERT's) has no llama.cpp byte-level BPE form; "
+                           "tformer writes GGUF vocabularies from gpt2, bpe and character tokenizers")
+    if isinstance(tokenizer, HFTokenizer):
+        what = "tformer's byte-level BPE tokenizer" if tokenizer.kind == "bpe" else f"the {tokenizer.kind} tokenizer"
+        return _from_hf(tokenizer.hf, dict(tokenizer.special_ids), what)
+    # interop.source.HFTokenizerAdapter: a Hugging Face folder's tokenizer.json
+    engine = getattr(tokenizer, "tok", None)
+    if engine is not None and hasattr(engine, "to_str"):
+        return _from_hf(engine, config_ids, "the folder's tokenizer.json")
+    raise TformerError(f"a {type(tokenizer).__name__} has no GGUF vocabulary form; tformer writes GGUF vocabularies "
+                       "from gpt2, bpe and character tokenizers and from GGUF files")
+
+
+def _tokenizer_entries(vocab: _Vocabulary, n_rows: int) -> tuple[list[_Entry], list[str]]:
+    tokens, types, notes = list(vocab.tokens), list(vocab.types), []
+    if len(tokens) > n_rows:
+        raise TformerError(f"the tokenizer has {len(tokens):,} tokens but the model's embedding only {n_rows:,} rows; "
+                           "llama.cpp needs one row per token")
+    if len(tokens) < n_rows:
+        taken = set(tokens)
+        pads = [f"[PAD{i}]" for i in range(len(tokens), n_rows)]
+        clash = next((p for p in pads if p in taken), None)
+        if clash is not None:
+            raise TformerError(f"the vocabulary already holds {clash}, the name of a padding token; rename it")
+        notes.append(f"the embedding has {n_rows - len(tokens):,} rows past the tokenizer's {len(tokens):,} tokens; "
+                     "they are written as unused tokens [PAD<id>]")
+        tokens += pads
+        types += [UNUSED] * len(pads)
+    seen: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        if seen.setdefault(t, i) != i:
+            raise TformerError(f"the vocabulary holds {t!r} twice (ids {seen[t]} and {i}); llama.cpp needs every "
+                               "token's text unique")
+    ids = {}
+    for role, i in vocab.special_ids.items():
+        if role in ROLE_KEYS and i is not None:
+            if not 0 <= int(i) < n_rows:
+                raise TformerError(f"the tokenizer's {role} token id {i} is outside the vocabulary of {n_rows:,}")
+            ids[role] = int(i)
+    if "eos" not in ids and len(tokens) > _DEFAULT_EOS:
+        shown = tokens[_DEFAULT_EOS]
+        notes.append(f"the tokenizer has no end-of-text token; llama.cpp then takes token {_DEFAULT_EOS} "
+                     f"({shown!r}) as one, so its generation stops there (train with a tokenizer that has one "
+                     "to avoid this)")
+    out = [_Entry("tokenizer.ggml.model", "gpt2", "string"), _Entry("tokenizer.ggml.pre", vocab.pre, "string"),
+           _Entry("tokenizer.ggml.tokens", tokens, "array[string]"),
+           _Entry("tokenizer.ggml.token_type", types, "array[i32]"),
+           _Entry("tokenizer.ggml.merges", list(vocab.merges), "array[string]")]
+    out += [_Entry(f"tokenizer.ggml.{ROLE_KEYS[role]}", ids[role], "u32") for role in ROLE_KEYS if role in ids]
+    out.append(_Entry("tokenizer.ggml.add_bos_token", bool(vocab.add_bos), "bool"))
+    if vocab.add_eos is not None:
+        out.append(_Entry("tokenizer.ggml.add_eos_token", bool(vocab.add_eos), "bool"))
+    if vocab.chat_template:
+        out.append(_Entry("tokenizer.chat_template", vocab.chat_template, "string"))
+    return out, notes
+
+
+# The types of the tokenizer keys llama.cpp reads, for metadata carried without its file's types.
+_KNOWN_TYPES = {"tokenizer.ggml.model": "string", "tokenizer.ggml.pre": "string", "tokenizer.chat_template": "string",
+                "tokenizer.ggml.tokens": "array[string]", "tokenizer.ggml.merges": "array[string]",
+                "tokenizer.ggml.token_type": "array[i32]", "tokenizer.ggml.scores": "array[f32]"}
+
+
+def _guess_type(key: str, value) -> str | None:
+    if key in _KNOWN_TYPES:
+        return _KNOWN_TYPES[key]
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if key.endswith("_token_id"):
+        return "u32"
+    if isinstance(value, (int, np.integer)):
+        return "u32" if value >= 0 else "i32"
+    if isinstance(value, (float, np.floating)):
+        return "f32"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "array[string]"
+    return None
+
+
+def gguf_tokenizer_metadata(path) -> dict[str, tuple[object, str]]:
+    """A GGUF file's ``tokenizer.*`` metadata: key -> (value, its GGUF type name), in file order."""
+    from tformer.interop.gguf_file import open_gguf
+
+    with open_gguf(path) as f:
+        return {k: (v, f.metadata_types.get(k)) for k, v in f.metadata.items() if k.startswith("tokenizer.")}
+
+
+def keep_gguf_metadata(tokenizer, path) -> None:
+    """Let ``tokenizer`` (read from the GGUF file ``path``) carry that file's ``tokenizer.*`` metadata, so that
+    save_gguf writes it back exactly as read (``metadata`` and ``metadata_types``, unless it has them already)."""
+    if getattr(tokenizer, "metadata", None) is not None:
+        return
+    found = gguf_tokenizer_metadata(path)
+    tokenizer.metadata = {k: v for k, (v, _) in found.items()}
+    tokenizer.metadata_types = {k: t for k, (_, t) in found.items()}
+
+
+def _carried_entries(tokenizer, n_rows: int) -> list[_Entry] | None:
+    """The tokenizer.* metadata a GGUF tokenizer carries from its file, typed as there; None when it carries none."""
+    metadata = getattr(tokenizer, "metadata", None)
+    if not isinstance(metadata, dict):
+        return None
+    types = getattr(tokenizer, "metadata_types", None) or {}
+    out = []
+    for key, value in metadata.items():
+        if not key.startswith("tokenizer."):
+            continue
+        kind = types.get(key) or _guess_type(key, value)
+        if kind is None or kind.count("array") > 1:
+            raise TformerError(f"the GGUF tokenizer's metadata {key} has no GGUF type tformer writes")
+        out.append(_Entry(key, value, kind))
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if tokens is None or len(tokens) != n_rows:
+        count = "none" if tokens is None else f"{len(tokens):,}"
+        raise TformerError(f"the GGUF tokenizer's metadata has {count} tokens but the model's embedding {n_rows:,} "
+                           "rows; llama.cpp needs one token per row")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def _value_types():
+    from gguf import GGUFValueType as T
+
+    return {"u8": T.UINT8, "i8": T.INT8, "u16": T.UINT16, "i16": T.INT16, "u32": T.UINT32, "i32": T.INT32,
+            "f32": T.FLOAT32, "bool": T.BOOL, "string": T.STRING, "u64": T.UINT64, "i64": T.INT64, "f64": T.FLOAT64}
+
+
+def _writer_class():
+    from gguf import GGUFValueType, GGUFWriter
+
+    class Writer(GGUFWriter):
+        def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+            # gguf-py refuses an empty array, which the format holds (a count of 0) and llama.cpp reads: the merges
+            # of a character vocabulary, which has none
+            if vtype == GGUFValueType.ARRAY and sub_type is not None and len(val) == 0:
+                head = self._pack("I", vtype) if add_vtype else b""
+                return head + self._pack("I", sub_type) + self._pack("Q", 0)
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+    return Writer
+
+
+def _add(writer, entry: _Entry, types) -> None:
+    from gguf import GGUFValueType
+
+    value = entry.value
+    if entry.type.startswith("array[") and entry.type.endswith("]"):
+        sub = types[entry.type[6:-1]]
+        items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+        writer.add_key_value(entry.key, items, GGUFValueType.ARRAY, sub_type=sub)
+        return
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if entry.type not in types:
+        raise TformerError(f"GGUF metadata {entry.key}: type {entry.type} is not one tformer writes")
+    writer.add_key_value(entry.key, value, types[entry.type])
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError:
+        raise TformerError("writing GGUF needs gguf-py (llama.cpp's own reader and writer of the format): "
+                           "pip install gguf") from None
+    return gguf
+
+
+def save_gguf(model, path, ggml_type: str = "f32", tokenizer=None) -> GGUFExport:
+    """Write ``model`` and ``tokenizer`` as the GGUF file ``path`` (see the module's docstring); returns what was
+    written. The model and the tokenizer are checked before the first byte is written; a failure while writing
+    (a NaN weight the block types cannot hold, a full disk, a crash) leaves nothing behind either, since the file
+    appears under its name only once complete."""
+    gguf = _gguf()
+    ggml_type = check_type(ggml_type)
+    path = Path(path)
+    if path.is_dir():
+        raise TformerError(f"{path} is a folder; give the .gguf file's path")
+    model = unwrap(model)
+    config = model.config
+    arch = gguf_architecture(config)
+    if tokenizer is None:
+        raise TformerError(f"cannot export {config.name} as GGUF without its tokenizer: llama.cpp cannot run a model "
+                           "whose file has no vocabulary; export a training run or model that has one")
+    n_rows = config.vocab_size
+    carried = _carried_entries(tokenizer, n_rows)
+    if carried is not None:
+        tok_entries, tok_notes = carried, []
+        carried_metadata = tokenizer.metadata
+        merges = carried_metadata.get("tokenizer.ggml.merges") or []
+        described = (f"the GGUF file's tokenizer as read ({len(carried_metadata['tokenizer.ggml.tokens']):,} tokens, "
+                     f"{len(merges):,} merges, pre-tokenizer {carried_metadata.get('tokenizer.ggml.pre', 'default')})")
+    else:
+        vocab = _vocabulary(tokenizer, config)
+        tok_entries, tok_notes = _tokenizer_entries(vocab, n_rows)
+        described = f"{vocab.source}: {n_rows:,} tokens, {len(vocab.merges):,} merges, pre-tokenizer {vocab.pre}"
+    plan, notes = _plan(model, config, arch, ggml_type)
+    notes = notes + tok_notes
+    if arch == "gpt2" and config.activation == "gelu":
+        notes.append("the model's GELU is the exact (erf) one; llama.cpp's gpt2 computes the tanh approximation, "
+                     "which differs from it by under 5e-4 per activation")
+
+    types = _value_types()
+    with atomic_path(path) as tmp:
+        writer = _writer_class()(tmp, arch)
+        try:
+            for entry in _model_metadata(config, arch, ggml_type) + tok_entries:
+                _add(writer, entry, types)
+            for t in plan:
+                per_block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t.ggml_type]]
+                row_bytes = t.shape[-1] // per_block * block_bytes
+                writer.add_tensor_info(t.name, (*t.shape[:-1], row_bytes), np.dtype(np.uint8),
+                                       quantized_nbytes(t.ggml_type, t.shape),
+                                       raw_dtype=gguf.GGMLQuantizationType[t.ggml_type])
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            # one tensor in memory at a time, quantized as it is written
+            for t in plan:
+                writer.write_tensor_data(quantize(t.make(), t.ggml_type))
+            writer.flush()
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+    return GGUFExport(path=path, arch=arch, ggml_type=ggml_type, bytes=path.stat().st_size, tensors=len(plan),
+                      tensor_types=dict(sorted(Counter(t.ggml_type for t in plan).items())), tokenizer=described,
+                      notes=notes)
+
+
+__all__ = ["ARCHITECTURES", "BYTE_ALPHABET", "TYPES", "GGUFExport", "byte_level", "check_type", "gguf_architecture",
+           "gguf_tokenizer_metadata", "keep_gguf_metadata", "merges_from_ranks", "save_gguf"]
