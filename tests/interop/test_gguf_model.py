@@ -21,24 +21,20 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):\n    ", "Once upon a t
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    path = resolve_gguf("smollm2-135m-instruct")
-    ours = load_gguf("smollm2-135m-instruct")
-    ref = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    return ours, ref, tok
+def real(smollm2, smollm2_hf):
+    return smollm2[0], smollm2_hf[0], smollm2_hf[1]
 
 
-def test_the_config_is_the_files(smollm2):
-    c = smollm2[0].config
+def test_the_config_is_the_files(real):
+    c = real[0].config
     assert (c.n_layers, c.d_model, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size) == (30, 576, 9, 3, 1536, 49152)
     assert c.position == "rope" and c.rope_theta == 100000.0 and c.norm_eps == 1e-5 and c.tied_embeddings
     assert (c.bos_token_id, c.eos_token_id, c.pad_token_id) == (1, 2, 2)
-    assert smollm2[0].num_parameters() == 134_515_008
+    assert real[0].num_parameters() == 134_515_008
 
 
-def test_logits_equal_transformers_gguf_loader(smollm2):
-    ours, ref, tok = smollm2
+def test_logits_equal_transformers_gguf_loader(real):
+    ours, ref, tok = real
     for prompt in PROMPTS:
         ids = torch.tensor([tok(prompt)["input_ids"]])
         with torch.no_grad():
@@ -46,10 +42,10 @@ def test_logits_equal_transformers_gguf_loader(smollm2):
         assert (a - b).abs().max().item() < 1e-4, prompt
 
 
-def test_greedy_continuations_equal_transformers(smollm2):
+def test_greedy_continuations_equal_transformers(real):
     from tformer.generate import generate
 
-    ours, ref, tok = smollm2
+    ours, ref, tok = real
     for prompt in PROMPTS[:3]:
         ids = tok(prompt)["input_ids"]
         with torch.no_grad():

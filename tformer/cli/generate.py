@@ -66,6 +66,10 @@ def add_decoding_arguments(parser, default_max: int) -> None:
 
 def add_arguments(parser) -> None:
     add_source_arguments(parser, seed=False)  # --seed seeds the sampler, and a --preset's initialisation
+    parser.add_argument("--chat", default=None, metavar="MESSAGE",
+                        help="a user message, sent through the model's chat template (the reply ends at its "
+                             "end-of-turn token); see also `tformer chat`")
+    parser.add_argument("--system", default=None, help="(--chat) the system message")
     parser.add_argument("--prompt", action="append", default=None,
                         help="prompt text (repeat for a batch); default: read stdin")
     parser.add_argument("--prompt-ids", action="append", default=None, metavar="IDS",
@@ -187,6 +191,10 @@ def run(args) -> int:
                            "Use a decoder or encoder-decoder checkpoint")
     if traits.seq2seq:
         raise TformerError(f"{label} is {traits.label}; use `tformer translate` for it")
+    if args.chat is not None:
+        return _chat_once(args, model, tokenizer, cfg, label)
+    if args.system is not None:
+        raise TformerError("--system goes with --chat (a system message for the chat template)")
     rows, _ = prompt_rows(args, tokenizer)
 
     # One prompt, no beams, plain output: print tokens as they arrive.
@@ -211,4 +219,24 @@ def run(args) -> int:
     if streamed:
         print()
     report(out, rows, tokenizer, cfg, args.json, label, streamed=streamed)
+    return 0
+
+
+def _chat_once(args, model, tokenizer, cfg, label) -> int:
+    """--chat: one user message through the chat template, the reply streamed (or one JSON object)."""
+    # deferred: the chat session loads with the model
+    from tformer.generate.chat import Chat
+
+    if args.prompt or args.prompt_ids or args.batch > 1 or cfg.num_beams > 1:
+        raise TformerError("--chat sends one message: drop --prompt, --prompt-ids, --batch and --num-beams")
+    chat = Chat(model, tokenizer, system=args.system, settings=cfg)
+    stream = None if args.json else (lambda piece: print(piece, end="", flush=True))
+    turn = chat.send(args.chat, on_text=stream)
+    if args.json:
+        print(json.dumps({"model": label, "reply": turn.text, "ids": turn.ids, "finish_reason": turn.finish,
+                          "prompt_tokens": turn.prompt_tokens, "seconds": turn.seconds}))
+    else:
+        print()
+        if turn.finish == "length":
+            print(f"note: the reply was cut at {len(turn.ids)} tokens (--max-new-tokens)", file=sys.stderr)
     return 0

@@ -85,6 +85,9 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
     with open_gguf(path) as f:
         hf_config = hf_config_from_gguf(f)
         tok = tokenizer_from_gguf(f.metadata) if tokenizer else None  # before the weights: a bad vocabulary fails fast
+        if tok is not None:  # carried as read, so `export --format gguf` writes the tokenizer back unchanged
+            tok.metadata = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
+            tok.metadata_types = {k: f.metadata_types[k] for k in tok.metadata}
         sd = hf_state_from_gguf(f, hf_config)
     model = model_from_hf(hf_config, sd, gguf_name(name_or_path, path), device=device, dtype=dtype)
     return (model, tok) if tokenizer else model

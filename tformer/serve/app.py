@@ -4,6 +4,7 @@ app, drained when it stops)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from tformer.core.errors import TformerError
 from tformer.generate.batching_report import prediction_device
 from tformer.generate.continuous import ContinuousBatcher
 from tformer.serve.checks import ModelInfo
-from tformer.serve.completions import Completions
+from tformer.serve.completions import ChatCompletions, Completions
 from tformer.serve.embeddings import EmbeddingBatcher, Embeddings
 from tformer.serve.errors import APIError
 from tformer.serve.gate import Gate
@@ -26,6 +27,7 @@ JSON_TYPES = ("application/json", "application/json-seq")
 # curl -d labels every body form-urlencoded unless told otherwise: read such a body as JSON (a body that is
 # not JSON still gets its 400), so the one-line curl call works as users type it.
 READ_AS_JSON = (*JSON_TYPES, "application/x-www-form-urlencoded")
+log = logging.getLogger("tformer.serve")
 
 
 @dataclass
@@ -44,7 +46,8 @@ class ServeSettings:
 
 
 def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSettings | None = None) -> FastAPI:
-    """The app serving ``model``: /v1/completions for generative models, /v1/embeddings for encoders."""
+    """The app serving ``model``: /v1/completions and /v1/chat/completions for generative models, /v1/embeddings
+    for encoders."""
     s = settings or ServeSettings()
     if model.config.traits.images:
         raise TformerError(f"{name} is {model.config.traits.label}; tformer serve answers text requests "
@@ -72,6 +75,7 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
                   openapi_url=None)
     app.state.engine, app.state.metrics, app.state.info, app.state.settings = engine, metrics, info, s
     completions = Completions(engine, info, metrics, s.request_timeout) if info.generates else None
+    chats = ChatCompletions(engine, info, metrics, s.request_timeout) if info.generates else None
     embeddings = Embeddings(engine, info, metrics) if not info.generates else None
 
     def wrong_endpoint(path: str, use: str) -> APIError:
@@ -84,6 +88,13 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
         if completions is None:
             raise wrong_endpoint("/v1/completions", "/v1/embeddings")
         return await completions(request)
+
+    @app.post("/v1/chat/completions")
+    async def post_chat_completions(request: Request):
+        _check_json(request)
+        if chats is None:
+            raise wrong_endpoint("/v1/chat/completions", "/v1/embeddings")
+        return await chats(request)
 
     @app.post("/v1/embeddings")
     async def post_embeddings(request: Request):
@@ -129,7 +140,8 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def http_error(request, exc: HTTPException):
         if exc.status_code == 404:
             return answer(APIError(404, f"no route {request.url.path}; the routes are POST /v1/completions, POST "
-                                   "/v1/embeddings, GET /health, GET /metrics", code="not_found"))
+                                   "/v1/chat/completions, POST /v1/embeddings, GET /health, GET /metrics",
+                                   code="not_found"))
         if exc.status_code == 405:
             allow = (exc.headers or {}).get("Allow", "")
             return answer(APIError(405, f"{request.method} is not allowed on {request.url.path}; use {allow}",
@@ -144,7 +156,8 @@ def _install_error_handlers(app: FastAPI, metrics: Metrics) -> None:
                                param=str(loc[0]) if loc else None))
 
     @app.exception_handler(Exception)
-    async def crash(request, exc: Exception):  # a bug: still JSON, and the server goes on
+    async def crash(request, exc: Exception):  # a bug: still JSON, and the server goes on; its cause is logged
+        log.error("500 on %s %s: %s", request.method, request.url.path, type(exc).__name__, exc_info=exc)
         return answer(APIError(500, f"internal error: {type(exc).__name__}", code="internal_error"))
 
 

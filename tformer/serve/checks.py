@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
+from tformer.generate.chat import chat_ids, stop_ids, template_for
 from tformer.generate.continuous import Request
 from tformer.serve.errors import APIError
-from tformer.serve.schemas import CompletionRequest, EmbeddingRequest
+from tformer.serve.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+
+CHAT_MAX_TOKENS = 1024  # a chat reply's length when the request names none (it normally ends at end-of-turn first)
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,22 @@ class ModelInfo:
     generates: bool  # a decoder or encoder-decoder: /v1/completions
     takes_source: bool  # encoder-decoder: the prompt is the source, the answer starts from nothing
     tokenizer: object | None
+    chat: object | None = None  # the chat template (a decoder with a tokenizer that has one, or ChatML tokens)
+    chat_refusal: str = "this model does not chat"  # why /v1/chat/completions is refused when chat is None
+    end_of_turn: tuple[int, ...] = ()  # the ids a chat reply ends at
 
     @classmethod
     def of(cls, model, tokenizer, name: str) -> ModelInfo:
         c, traits = model.config, model.config.traits
+        chat, refusal, ends = None, f"{name} is {traits.label}; only a decoder chats", ()
+        if traits.decoder and not traits.seq2seq:
+            try:  # checked once at start-up: a template that does not compile is refused for every request alike
+                chat = template_for(tokenizer)
+                ends = tuple(stop_ids(tokenizer, c.eos_token_id))
+            except TformerError as exc:
+                chat, refusal = None, str(exc)
         return cls(name, c.vocab_size, c.max_positions, c.eos_token_id, bool(traits.decoder), bool(traits.seq2seq),
-                   tokenizer)
+                   tokenizer, chat, refusal, ends)
 
     @property
     def kind(self) -> str:
@@ -96,6 +109,38 @@ def completion_prompt(req: CompletionRequest, info: ModelInfo) -> list[int]:
     return ids
 
 
+def chat_prompt(req: ChatCompletionRequest, info: ModelInfo) -> tuple[list[int], int]:
+    """(the messages through the model's chat template as token ids, the reply's max tokens), checked."""
+    if not info.generates:
+        raise APIError(400, f"{info.name} is an encoder model: it does not generate; use /v1/embeddings",
+                       param=None, code="wrong_endpoint")
+    if info.chat is None or not info.end_of_turn:
+        raise APIError(400, info.chat_refusal, param="messages", code="no_chat_template")
+    try:
+        ids = chat_ids(info.chat, info.tokenizer, req.messages)
+    except TformerError as exc:  # a bad role or content, or a template that refuses these messages
+        raise APIError(400, f"messages: {exc}", param="messages", code="invalid_messages") from None
+    ids = _fit(ids, info, "messages")
+    room = info.max_positions - len(ids)
+    asked = req.max_completion_tokens or req.max_tokens
+    param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+    if room < 1:
+        raise APIError(400, f"the messages take {len(ids)} tokens and fill the context window of "
+                       f"{info.max_positions}; drop earlier messages", param="messages", code="prompt_too_long")
+    if asked is not None and asked > room:
+        raise APIError(400, f"{param} is {asked}, but the messages take {len(ids)} tokens of the context window of "
+                       f"{info.max_positions}, leaving {room}; set {param} <= {room}", param=param,
+                       code="beyond_context")
+    return ids, asked or min(room, CHAT_MAX_TOKENS)
+
+
+def chat_engine_request(req: ChatCompletionRequest, prompt: list[int], max_tokens: int, info: ModelInfo,
+                        timeout: float | None) -> Request:
+    """The batcher's Request for a chat reply: it ends at the template's end-of-turn token (or the model's EOS)."""
+    return Request(prompt, max_new_tokens=max_tokens, temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
+                   stop_tokens=info.end_of_turn, seed=req.seed, timeout=timeout)
+
+
 def engine_request(req: CompletionRequest, prompt: list[int], info: ModelInfo, timeout: float | None) -> Request:
     """The batcher's Request: the stop tokens given are added to the model's end-of-sequence token."""
     stop = None
@@ -118,4 +163,5 @@ def embedding_rows(req: EmbeddingRequest, info: ModelInfo) -> list[list[int]]:
     return [_fit(r, info, "input") for r in rows]
 
 
-__all__ = ["ModelInfo", "completion_prompt", "embedding_rows", "engine_request"]
+__all__ = ["ModelInfo", "chat_engine_request", "chat_prompt", "completion_prompt", "embedding_rows",
+           "engine_request"]

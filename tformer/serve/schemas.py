@@ -44,6 +44,10 @@ FIELD_RULES = {
     "input": f"a string, a list of at most {MAX_EMBED_INPUTS} strings, a list of token ids, or a list of lists of "
              "token ids",
     "encoding_format": "\"float\"",
+    "messages": "a list of {\"role\": ..., \"content\": ...} objects (roles: system, user, assistant, tool)",
+    "max_completion_tokens": "a whole number >= 1 (prompt tokens + max_completion_tokens must fit the context "
+                             "window)",
+    "stream_options": "{\"include_usage\": true or false}",
 }
 
 
@@ -64,6 +68,36 @@ class CompletionRequest(_Strict):
     stop_token_ids: list[int] | None = None
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
     stream: bool = False
+    n: int = Field(1, ge=1, le=1)
+    user: str | None = None
+
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Strict):
+    """POST /v1/chat/completions: OpenAI's subset (messages through the model's chat template), plus top_k.
+
+    The messages' own shape (roles, content) is checked by tformer.data.chat_template.validate_messages, which
+    says what is wrong in one line; here they only have to be a list."""
+
+    model: str | None = None
+    messages: list
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    stop: str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)] | None = None
+    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1)
     user: str | None = None
 
@@ -157,4 +191,5 @@ def _validation_error(exc: ValidationError, schema: type[BaseModel]) -> APIError
                     code="invalid_value")
 
 
-__all__ = ["FIELD_RULES", "MAX_EMBED_INPUTS", "MAX_STOP", "CompletionRequest", "EmbeddingRequest", "parse_body"]
+__all__ = ["FIELD_RULES", "MAX_EMBED_INPUTS", "MAX_STOP", "ChatCompletionRequest", "CompletionRequest",
+           "EmbeddingRequest", "parse_body"]
