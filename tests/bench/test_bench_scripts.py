@@ -179,6 +179,7 @@ def test_attention_quality_trains_each_kind_beside_exact_attention(capsys, tmp_p
     assert record["kinds"][0]["val_loss"] == pytest.approx(record["kinds"][1]["val_loss"], abs=1e-3)
 
 
+@pytest.mark.slow
 def test_serve_load_quick_drives_both_servers_and_prints_the_table(capsys, tmp_path):
     pytest.importorskip("httpx")
     serve_load = load("serve_load")

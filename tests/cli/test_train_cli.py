@@ -25,6 +25,7 @@ def _train(*args, timeout=300, env=None):
     return run_tformer(["train", *args], timeout=timeout, env=env)
 
 
+@pytest.mark.slow
 def test_copy_task_reaches_exact_match(tmp_path):
     result = _train(*TINY_SEQ2SEQ, "--data", "copy", "--out", str(tmp_path), "--max-steps", "400",
                     "--batch-size", "64", "--seq-len", "16", "--lr", "3e-3", "--warmup", "50",

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tformer.core.config import ModelConfig, preset, preset_names
+from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
 from tformer.measure.flops import FlopCounter
 from tformer.model import build
@@ -106,9 +107,22 @@ def test_preset_params_equal_numel(name):
     assert ledger(config, Workload(seq=8)).params["total"] == sum(p.numel() for p in model.parameters())
 
 
+def _two_layers(config):
+    """The preset with at most two layers per stack: every layer of a stack is the same, so the per-layer count is
+    checked at the preset's real widths, heads and vocabulary at a fraction of the counting time (96 layers of
+    gpt3-175b counted one by one took 8 s)."""
+    fewer = {"n_layers": min(config.n_layers, 2)}
+    if getattr(config, "n_decoder_layers", None):
+        fewer["n_decoder_layers"] = min(config.n_decoder_layers, 2)
+    try:
+        return config.replace(**fewer)
+    except TformerError:  # per-layer settings (a dilation per layer) tie the count to the preset's own depth
+        return config
+
+
 @pytest.mark.parametrize("name", preset_names())
 def test_preset_flops_equal_flop_counter(name):
-    config = preset(name)
+    config = _two_layers(preset(name))
     device = "cpu" if name in REAL_PRESETS else "meta"
     if config.position == "relative" and device == "meta":
         pytest.skip("relative bias masks need tensor values")
@@ -170,7 +184,7 @@ def configs(draw):
     return ModelConfig.from_dict(data)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs(), batch=st.integers(1, 2), seq=st.integers(1, 6), seq_dec=st.integers(1, 6))
 def test_random_configs_match_torch(config, batch, seq, seq_dec):
     torch.manual_seed(0)

@@ -117,6 +117,7 @@ def test_shard_grad_op_keeps_its_shard_as_the_ledger_counts(measured):
     assert zero2["weights_at_rest"] == ledger["kept_shard"] > 0
 
 
+@pytest.mark.slow
 def test_bert_with_a_pooler_trains_under_ddp_and_fsdp_as_the_ledger_says():
     """BERT's pooler output is returned but no masked-token loss reads it: DDP would wait for its gradients
     and fail the next step. Training freezes it (runner.loss_skips), and the ledger gives it no gradient or

@@ -197,12 +197,18 @@ def test_llama_round_trip_through_load_gguf(llama, bpe, tmp_path):
     assert torch.equal(logits(back, ids), logits(model, ids))
     assert back.config.n_kv_heads == 2 and not back.config.tied_embeddings
     assert tok.encode(PROMPT) == ids
-    # written again from the GGUFTokenizer alone (no file metadata carried): the same vocabulary
+    # written again with the file's tokenizer metadata that load_gguf carries, then from the GGUFTokenizer alone
+    # (no metadata carried): the same vocabulary either way
     again = save_gguf(back, tmp_path / "again.gguf", "f32", tok)
-    assert "rebuilt" in again.tokenizer
-    a, b = gguf_tokenizer_metadata(files["f32"].path), gguf_tokenizer_metadata(again.path)
-    assert a.keys() == b.keys()
-    assert all(np.array_equal(np.asarray(a[k][0]), np.asarray(b[k][0])) and a[k][1] == b[k][1] for k in a)
+    assert "as read" in again.tokenizer
+    tok.metadata = None
+    rebuilt = save_gguf(back, tmp_path / "rebuilt.gguf", "f32", tok)
+    assert "rebuilt" in rebuilt.tokenizer
+    a = gguf_tokenizer_metadata(files["f32"].path)
+    for written in (again, rebuilt):
+        b = gguf_tokenizer_metadata(written.path)
+        assert a.keys() == b.keys()
+        assert all(np.array_equal(np.asarray(a[k][0]), np.asarray(b[k][0])) and a[k][1] == b[k][1] for k in a)
     assert torch.equal(logits(load_gguf(again.path), ids), logits(model, ids))
 
 

@@ -136,6 +136,7 @@ def test_cli_bench_json_custom_sweep_not_saved(cache, capsys):
     assert data["profile_path"] is None  # a custom sweep is not the machine's profile
 
 
+@pytest.mark.slow
 def test_cli_bench_quick_saves_profile_and_is_fast(cache):
     # A real process, as a user runs it: the 30 s promise includes start-up.
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "COLUMNS": "200"}

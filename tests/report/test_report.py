@@ -72,11 +72,15 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(cache, tmp_path_factory):
-    out = tmp_path_factory.mktemp("rep") / "report"
+    """One whole report, trained for 2 s on a local text (the report's real path: what every section reads)."""
+    root = tmp_path_factory.mktemp("rep")
+    text = root / "corpus.txt"
+    text.write_text("To be, or not to be, that is the question.\nWhether 'tis nobler in the mind to suffer\n" * 60)
+    out = root / "out" / "report"
     prev = torch.get_num_threads()
     torch.set_num_threads(1)  # a tiny model: one thread is faster and steadier on a shared machine
     try:
-        rc = main(["report", "--quick", "--no-train", "--out", str(out), *TINY_RUN])
+        rc = main(["report", "--quick", "--train-seconds", "2", "--data", str(text), "--out", str(out), *TINY_RUN])
     finally:
         torch.set_num_threads(prev)
     assert rc == 0
@@ -133,8 +137,9 @@ def test_totals_equal_the_ledger(report):
     assert f"{dec.memory['kv_cache']:,} B" in md
     # The machine section reads the (fake) measured profile, not this machine's speed.
     assert FAKE_NAME in md and data["machine"]["measured_peak_flops"]["fp32"] == 3e10
-    # The untrained model's maps say so.
-    assert "**untrained** model" in md and data["attention"]["trained"] is False
+    # The trained model's maps say so (an untrained one's: test_untrained_maps_say_so).
+    assert "**trained** model" in md or "trained model" in md
+    assert data["attention"]["trained"] is True
 
 
 def test_beyond_one_device_is_the_layout_ledger_and_a_real_two_process_run(report):
@@ -175,19 +180,8 @@ def _model(config):
     return build(config)
 
 
-def test_report_trains_on_a_local_text(cache, tmp_path):
-    text = tmp_path / "corpus.txt"
-    text.write_text("To be, or not to be, that is the question.\nWhether 'tis nobler in the mind to suffer\n" * 60)
-    out = tmp_path / "trained"
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        # --no-distributed: section 7's 2-process run is the fixture's to check; this test is about training.
-        rc = main(["report", "--quick", "--train-seconds", "2", "--data", str(text), "--no-distributed",
-                   "--out", str(out), *TINY_RUN])
-    finally:
-        torch.set_num_threads(prev)
-    assert rc == 0
+def test_report_trains_on_a_local_text(report):
+    out = report
     data = json.loads((out / "report.json").read_text())
     run = data["measurement"]["train_run"]
     assert run["steps"] >= 1 and run["tokens"] == run["steps"] * 4 * 24
@@ -298,3 +292,23 @@ def test_markdown_and_html_say_the_same(report):
     cells = [c.strip() for line in md.splitlines() if line.startswith("| ") for c in line.strip("|").split(" | ")]
     missing = [c for c in cells if c and c != "---" and c.replace("\\|", "|").replace("**", "").replace("`", "") not in page]
     assert not missing[:5]
+
+
+def test_untrained_maps_say_so():
+    """Section 8 on a model that did not train (the fixture's did): the text names it untrained and why."""
+    from types import SimpleNamespace
+
+    from tformer.data.tokenizers import CharTokenizer
+    from tformer.model import build
+    from tformer.report import section_attention
+    from tformer.report.attention_maps import attention_maps
+
+    sentence = "To be, or not to be"
+    tokenizer = CharTokenizer.from_text(sentence)
+    model = build(tiny_config().replace(vocab_size=tokenizer.vocab_size)).eval()
+    ctx = SimpleNamespace(options=SimpleNamespace(sentence=sentence), data={},
+                          results={"maps": attention_maps(model, tokenizer, sentence),
+                                   "train_skip_reason": "skipped (--no-train was given)"})
+    section = section_attention.build(ctx)
+    text = " ".join(block.text for block in section.blocks if hasattr(block, "text"))
+    assert "**untrained** model" in text and "--no-train" in text and ctx.data["attention"]["trained"] is False

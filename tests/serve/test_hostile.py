@@ -96,7 +96,7 @@ def test_bad_body(dec, raw, status, param):
 
 
 @pytest.mark.parametrize("method,path,status", [("GET", "/v1/completions", 405), ("DELETE", "/health", 405),
-                                                ("POST", "/v1/chat/completions", 404), ("GET", "/nothing", 404)])
+                                                ("POST", "/v1/chat", 404), ("GET", "/nothing", 404)])
 def test_wrong_method_or_path(dec, method, path, status):
     r = dec.client.request(method, path)
     assert_error(r, status)
