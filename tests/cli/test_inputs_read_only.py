@@ -28,6 +28,8 @@ COMMANDS = {
     "train --hf": ["train", "--hf", "{src}", "--max-steps", "1", "--out", "{out}"],
     "train --data": ["train", "--data", "{src}", "--max-steps", "1", "--out", "{out}"],
     "finetune --from": ["finetune", "--from", "{src}", "--out", "{out}"],
+    "report --data": ["report", "--data", "{src}", "--out", "{out}"],
+    "export --gguf": ["export", "--format", "gguf", "--gguf", "{src}", "--out", "{out}"],
 }
 
 

@@ -1,6 +1,7 @@
 """The model source every command that reads a model accepts (not a command itself): --ckpt, --gguf, --hf (a folder
 or a packaged name), --preset (random init, --set, --seed). One argument group and one loader, so generate,
-translate, serve, export, quantize and prune take the same sources and say the same things about them."""
+chat, perplexity, translate, serve, export, quantize and prune take the same sources and say the same things
+about them; and check_output, which every command that writes keeps apart from what it reads."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import json
 import sys
 
 from tformer.cli._cost_common import add_model_arguments, attention_overrides
+from tformer.cli._source import check_output
 
 NAME = "report"
 HELP = "Analyse a model on this machine: Markdown + self-contained HTML report with plots (default char-small)."
@@ -35,12 +36,16 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    # The report folder is replaced whole: it may not hold (or be) a corpus, config or model the report reads.
+    check_output(args, args.out, flags=("--data", "--config", "--hf", "--gguf"))
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.interop.gguf_config import resolve_gguf
     from tformer.report.build import make_report
     from tformer.report.context import DEFAULT_SENTENCE, ReportOptions
 
-    opts = ReportOptions(preset=args.preset, config=args.config, hf=args.hf, overrides=args.set + attention_overrides(args),
+    config = str(resolve_gguf(args.gguf)) if getattr(args, "gguf", None) else args.config  # a GGUF file's metadata
+    opts = ReportOptions(preset=args.preset, config=config, hf=args.hf, overrides=args.set + attention_overrides(args),
                          hardware=args.hardware, out=args.out, quick=args.quick, train=args.train,
                          batch=args.batch, seq=args.seq, train_seconds=args.train_seconds, data=args.data,
                          sentence=args.sentence or DEFAULT_SENTENCE, device=args.device,
