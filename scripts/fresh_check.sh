@@ -33,11 +33,10 @@ for i in 0 1; do
 done
 torch=$(python -c "import torch; print(torch.__version__)" 2>/dev/null || echo "none")
 summary=$(grep -E "^=*.*(passed|failed|error).* in [0-9.]+s" "$work/command2.log" | tail -n 1)
-durations=$(grep -oE "in [0-9.]+s \([0-9:]+\)" "$work/command2.log" | tail -n 1)
 echo
 echo "fresh_check: torch $torch"
 printf 'fresh_check: command 1 (install + report): exit %s in %dm%02ds\n' "${rcs[0]}" $((secs[0] / 60)) $((secs[0] % 60))
 printf 'fresh_check: command 2 (install + tests):  exit %s in %dm%02ds\n' "${rcs[1]}" $((secs[1] / 60)) $((secs[1] % 60))
-echo "fresh_check: tests: ${summary:-no pytest summary (see $work/command2.log)} ${durations}"
+echo "fresh_check: tests: ${summary:-no pytest summary (see $work/command2.log)}"
 [ -n "${KEEP:-}" ] && echo "fresh_check: kept $work (logs: command1.log, command2.log)"
 exit $status
