@@ -169,9 +169,9 @@ def llama_cpp_pieces(text: str) -> list[str]:
 
 
 def byte_spelled(piece: str) -> str:
-    from tformer.interop.gguf_tokenizer import _BYTES
+    from tformer.interop.gguf_tokenizer import BYTES
 
-    return "".join(_BYTES[b] for b in piece.encode("utf-8"))
+    return "".join(BYTES[b] for b in piece.encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,9 +327,9 @@ def test_save_reads_back(tok, tmp_path):
 
 def small(**changes) -> dict:
     """A small byte-level vocabulary: two control tokens, a user-defined one, every byte, and a few merges."""
-    from tformer.interop.gguf_tokenizer import _BYTES
+    from tformer.interop.gguf_tokenizer import BYTES
 
-    tokens = ["<s>", "</s>", "<think>", *_BYTES.values(), "Ġa", "Ġab", "12", "123"]
+    tokens = ["<s>", "</s>", "<think>", *BYTES.values(), "Ġa", "Ġab", "12", "123"]
     meta = {
         "tokenizer.ggml.model": "gpt2",
         "tokenizer.ggml.pre": "gpt-2",

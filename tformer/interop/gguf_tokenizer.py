@@ -109,7 +109,7 @@ class GGUFTokenizer(Tokenizer):
         self._size = hf_special.get_vocab_size(with_added_tokens=True)
         # The bytes with no token: BPE would drop them silently (as transformers does), llama.cpp throws.
         vocab = hf_special.get_vocab(with_added_tokens=False)
-        self._no_token = np.array([_BYTES[b] not in vocab for b in range(256)])
+        self._no_token = np.array([BYTES[b] not in vocab for b in range(256)])
         self._lacks = bool(self._no_token[_UTF8_BYTES].any())
 
     @property
@@ -295,8 +295,8 @@ def _byte_alphabet() -> dict[int, str]:
     return table
 
 
-_BYTES = _byte_alphabet()
-_ALPHABET = frozenset(_BYTES.values())
+BYTES = _byte_alphabet()  # GPT-2's byte -> character table (gguf_write spells its vocabularies with it)
+_ALPHABET = frozenset(BYTES.values())
 # The bytes UTF-8 text can hold (never C0, C1, F5-FF).
 _UTF8_BYTES = np.array([b not in (0xC0, 0xC1) and b < 0xF5 for b in range(256)])
 
@@ -318,7 +318,7 @@ def _vocabulary(tokens: list[str], types: list[int]) -> tuple[dict[str, int], di
             added[i] = (token, kind == CONTROL)
             key = token
         else:
-            key = token if set(token) <= _ALPHABET else "".join(_BYTES[b] for b in token.encode("utf-8"))
+            key = token if set(token) <= _ALPHABET else "".join(BYTES[b] for b in token.encode("utf-8"))
         first = vocab.setdefault(key, i)
         if first != i:
             raise TformerError(f"GGUF tokenizer.ggml.tokens holds {described(token)} twice (ids {first} and {i}); "

@@ -57,6 +57,7 @@ from tformer.core.attention_kinds import EXACT_KINDS
 from tformer.core.errors import TformerError
 from tformer.interop.checkpoint import unwrap
 from tformer.interop.gguf_quants import quantize, quantized_nbytes
+from tformer.interop.gguf_tokenizer import BYTES
 from tformer.interop.hf_config import config_to_hf
 
 # --type -> the ggml type of the matrices, and llama.cpp's general.file_type (llama_ftype) for a file of them.
@@ -313,19 +314,7 @@ def _model_metadata(config, arch: str, ggml_type: str) -> list[_Entry]:
     return out
 
 
-def _byte_alphabet() -> list[str]:
-    """GPT-2's byte -> character table: printable bytes stand for themselves, the others from U+0100 on, so
-    that every token of a byte-level vocabulary is printable text (llama.cpp and gguf files spell them so)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {b: chr(b) for b in keep}, 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return [table[b] for b in range(256)]
-
-
-BYTE_ALPHABET = _byte_alphabet()
+BYTE_ALPHABET = [BYTES[b] for b in range(256)]  # GPT-2's byte -> character table, as the GGUF tokenizer reads it
 
 
 def byte_level(data: bytes) -> str:

@@ -55,17 +55,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-class CompletionRequest(_Strict):
-    """POST /v1/completions: OpenAI's subset, plus top_k and stop_token_ids."""
+class _Sampled(_Strict):
+    """The fields completions and chat completions share: how to sample, when to stop, whether to stream."""
 
     model: str | None = None
-    prompt: str | list[int] | OneText | OneIds
-    max_tokens: int = Field(16, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0)
     stop: str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)] | None = None
-    stop_token_ids: list[int] | None = None
     seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
     stream: bool = False
     n: int = Field(1, ge=1, le=1)
@@ -75,36 +72,30 @@ class CompletionRequest(_Strict):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class CompletionRequest(_Sampled):
+    """POST /v1/completions: OpenAI's subset, plus top_k and stop_token_ids."""
+
+    prompt: str | list[int] | OneText | OneIds
+    max_tokens: int = Field(16, ge=1)
+    stop_token_ids: list[int] | None = None
 
 
 class StreamOptions(_Strict):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(_Sampled):
     """POST /v1/chat/completions: OpenAI's subset (messages through the model's chat template), plus top_k.
 
     The messages' own shape (roles, content) is checked by tformer.data.chat_template.validate_messages, which
     says what is wrong in one line; here they only have to be a list."""
 
-    model: str | None = None
     messages: list
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    stop: str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)] | None = None
-    seed: int | None = Field(None, ge=0, lt=SEED_LIMIT)
-    stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1)
-    user: str | None = None
-
-    def stop_strings(self) -> list[str]:
-        if self.stop is None:
-            return []
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
 class EmbeddingRequest(_Strict):
