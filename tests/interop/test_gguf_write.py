@@ -29,7 +29,8 @@ from tformer.interop.gguf_file import open_gguf
 from tformer.interop.gguf_model import load_gguf
 from tformer.interop.gguf_quants import dequantize, quantize
 from tformer.interop.gguf_tokenizer import tokenizer_from_gguf
-from tformer.interop.gguf_write import gguf_tokenizer_metadata, keep_gguf_metadata, merges_from_ranks, save_gguf
+from tformer.interop.gguf_vocab import gguf_tokenizer_metadata, keep_gguf_metadata, merges_from_ranks
+from tformer.interop.gguf_write import save_gguf
 from tformer.model import build
 
 gguf = pytest.importorskip("gguf")

@@ -110,7 +110,8 @@ def _run_gguf(args) -> int:
     # deferred: torch and the writer load only when this command runs
     from tformer.interop.config import load_config
     from tformer.interop.gguf_config import resolve_gguf
-    from tformer.interop.gguf_write import check_type, gguf_architecture, keep_gguf_metadata, save_gguf
+    from tformer.interop.gguf_vocab import keep_gguf_metadata
+    from tformer.interop.gguf_write import check_type, gguf_architecture, save_gguf
 
     ggml_type = check_type(args.type or "f32")
     out = Path(args.out).expanduser()
