@@ -67,10 +67,18 @@ def smollm2_path():
 
 @pytest.fixture(scope="session")
 def smollm2():
-    """(model, tokenizer) from tformer.load_gguf."""
+    """(model, tokenizer) from tformer.load_gguf, dequantized to fp32 (what transformers' GGUF loader gives)."""
     from tformer.interop.gguf_model import load_gguf
 
-    return load_gguf("smollm2-135m-instruct", tokenizer=True)
+    return load_gguf("smollm2-135m-instruct", tokenizer=True, weights="dequantize")
+
+
+@pytest.fixture(scope="session")
+def smollm2_kept(smollm2_path):
+    """The same model with its Q4_1 layers and Q8_0 head kept in their blocks."""
+    from tformer.interop.gguf_model import load_gguf
+
+    return load_gguf("smollm2-135m-instruct", weights="keep")
 
 
 @pytest.fixture(scope="session")

@@ -69,7 +69,7 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path, capsys):
     x = tmp_path / "x"
     _fails(capsys, ["quantize", "--ckpt", q, "--to", "int4", "--out", x], "already quantized")
     _fails(capsys, ["quantize", "--ckpt", run, "--to", "int4", "--group", 48, "--out", x], "--group 48", "32, 64")
-    _fails(capsys, ["quantize", "--ckpt", run, "--to", "int3", "--out", x], "int3", "int8 or int4")
+    _fails(capsys, ["quantize", "--ckpt", run, "--to", "int3", "--out", x], "int3", "int8, int4, q8_0, q4_1")
     _fails(capsys, ["quantize", "--ckpt", run, "--to", "int8", "--group", 32, "--out", x], "drop --group")
     _fails(capsys, ["quantize", "--ckpt", run, "--to", "int8", "--out", run], "itself; inputs are never overwritten")
     assert not x.exists()

@@ -38,7 +38,9 @@ def add_arguments(p) -> None:
 
     m = p.add_argument_group("model")
     m.add_argument("--from", dest="from_", metavar="MODEL", help="all-minilm-l6-v2 (default; packaged real weights) | a preset | a "
-                                                "tformer run folder | a Hugging Face model folder")
+                                                "tformer run folder | a Hugging Face model folder | a GGUF file "
+                                                "or smollm2-135m-instruct (dequantized to fp32)")
+    m.add_argument("--gguf", metavar="FILE|NAME", help="the same as --from with a GGUF file or packaged GGUF name")
     m.add_argument("--task", help="sequence-classification (default)")
     m.add_argument("--pooling", help="cls | mean | last (default: mean for all-minilm-l6-v2, as sentence-transformers "
                                      "pools it; else cls for encoders, last for decoders)")
@@ -78,6 +80,10 @@ def _shown(name: str, default) -> str:
 
 
 def run(args) -> int:
+    if args.gguf:
+        if args.from_ and args.from_ != args.gguf:
+            raise TformerError(f"--gguf {args.gguf} and --from {args.from_} name two models; pass one")
+        args.from_ = args.gguf
     check_output(args, args.out, flags=("--from", "--data"))  # inputs are never written
     check_output_dir(args.out)  # refuse an unwritable --out in the first second, not after the work
 

@@ -2,10 +2,12 @@
 
     tformer quantize --ckpt runs/shakespeare --to int8 --out runs/shakespeare-int8
     tformer quantize --ckpt runs/shakespeare --to int4 --group 64 --out runs/shakespeare-int4
+    tformer quantize --ckpt runs/shakespeare --to q4_1 --out runs/shakespeare-q4_1
     tformer generate --ckpt runs/shakespeare-int8 --prompt "ROMEO:"
 
 Every Linear of the layers and the LM head becomes int8 (one scale per output row) or int4 (a scale and zero
-per --group inputs); the embeddings and norms stay float (tformer.adapt.quantize). The folder holds config.json
+per --group inputs), or GGUF's blocks of 32 weights with fp16 scales (q8_0: int8 and a scale; q4_1: 4-bit, a
+scale and a minimum: what llama.cpp's files hold); the embeddings and norms stay float (tformer.adapt.quantize). The folder holds config.json
 (quantize, quant_group) + model.safetensors (no pickle), and the run's tokenizer, copied. Weight-only
 quantization is for inference: training refuses a quantized config.
 """
@@ -22,13 +24,13 @@ from tformer.core.config import QUANT_GROUPS
 from tformer.core.errors import TformerError
 
 NAME = "quantize"
-HELP = "Quantize a checkpoint's weights to int8 or int4 (weight-only, for inference) into a new checkpoint."
-TARGETS = ("int8", "int4")  # tformer.adapt.quantize.TARGETS, repeated so --help loads no torch
+HELP = "Quantize a checkpoint's weights to int8, int4, q8_0 or q4_1 (weight-only, for inference) into a new checkpoint."
+TARGETS = ("int8", "int4", "q8_0", "q4_1")  # tformer.adapt.quantize.TARGETS, repeated so --help loads no torch
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser)
-    parser.add_argument("--to", required=True, metavar="BITS", help="int8 (per output row) or int4 (grouped)")
+    add_source_arguments(parser, gguf_weights="dequantize")
+    parser.add_argument("--to", required=True, metavar="BITS", help="int8 (per output row), int4 (grouped), q8_0 or q4_1 (GGUF's blocks of 32)")
     parser.add_argument("--group", type=int, default=None, metavar="N",
                         help=f"int4: inputs per scale and zero, one of {', '.join(map(str, QUANT_GROUPS))} "
                              "(default 32)")
@@ -38,7 +40,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     if args.to not in TARGETS:
-        raise TformerError(f"--to {args.to} is not a supported quantization; choose int8 or int4")
+        raise TformerError(f"--to {args.to} is not a supported quantization; choose one of: {', '.join(TARGETS)}")
     if args.group is not None and args.to == "int4" and args.group not in QUANT_GROUPS:
         raise TformerError(f"--group {args.group} is not a supported int4 group size; choose one of: "
                            f"{', '.join(map(str, QUANT_GROUPS))}")

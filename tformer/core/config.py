@@ -35,8 +35,11 @@ ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")
 TASKS = ("", "sequence-classification", "token-classification", "question-answering")
 POOLINGS = ("cls", "mean", "last")  # cls: the first token (through the pooler if any); last: the last real token
 # Weight-only quantization of every Linear and the LM head (tformer.model.quantized): int8 per output channel,
-# int4 in groups of quant_group inputs sharing a scale and zero point.
-QUANTIZATIONS = ("none", "int8", "int4")
+# int4 in groups of quant_group inputs sharing a scale and zero point; q8_0 and q4_1 are GGUF's blocks of 32
+# weights with fp16 scales (tformer.model.block_quantized), what llama.cpp's files hold.
+QUANTIZATIONS = ("none", "int8", "int4", "q8_0", "q4_1")
+QUANT_BITS = {"int8": 8, "int4": 4, "q8_0": 8, "q4_1": 4}
+BLOCK_GROUPS = {"q8_0": 32, "q4_1": 32}  # weights per block, fixed by the format
 QUANT_GROUPS = (32, 64, 128, 256)
 
 # Shorthands for the feed-forward block, as papers and the oracles name it.
@@ -73,7 +76,8 @@ DERIVED = {
     "vision_d_ff": lambda c: c.d_ff if c.arch == "clip" else None,
     "projection_dim": lambda c: c.d_model if c.arch == "clip" else None,
     "pooling": lambda c: ("last" if c.traits.decoder else "cls") if c.task == "sequence-classification" else None,
-    "quant_group": lambda c: 32 if c.quantize == "int4" else None,
+    "quant_group": lambda c: 32 if "int4" in (c.quantize, c.quantize_head) else None,
+    "quantize_head": lambda c: c.quantize,
 }
 
 
@@ -170,8 +174,10 @@ class ModelConfig:
     task: str = ""
     pooling: str | None = None  # None = cls (encoder), last (decoder)
     # Weight-only quantization; quant_group: int4's inputs per scale (None = 32; int8 has one scale per row).
+    # quantize_head: the LM head's (None = as quantize); a GGUF file may keep it in another format than the layers.
     quantize: str = "none"
     quant_group: int | None = None
+    quantize_head: str | None = None
 
     dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -374,12 +380,17 @@ class ModelConfig:
 
     def _validate_quantize(self) -> None:
         _choice("quantize", self.quantize, QUANTIZATIONS)
+        if self.quantize_head is not None:
+            _choice("quantize_head", self.quantize_head, QUANTIZATIONS)
+        if self.quantize_head not in (None, "none") and not self.lm_head:
+            raise TformerError(f"quantize_head={self.quantize_head} quantizes the LM head; this model has none: "
+                               "drop quantize_head")
         if self.quantize != "none" and self.traits.recurrent:
             raise TformerError(f"quantize={self.quantize} covers a Transformer's Linears; {self.traits.label} keeps "
                                "its recurrent weights in fused cells: keep it in float (quantize=none)")
         if self.quant_group is None:
             return
-        if self.quantize != "int4":
+        if "int4" not in (self.quantize, self.quantize_head):
             raise TformerError(f"quant_group sizes int4's groups; quantize='{self.quantize}' has none "
                                "(int8 keeps one scale per output row): drop quant_group or set quantize=int4")
         if self.quant_group not in QUANT_GROUPS:

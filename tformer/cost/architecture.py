@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tformer.core.config import QUANT_GROUPS
+from tformer.core.config import BLOCK_GROUPS, QUANT_BITS, QUANT_GROUPS
 from tformer.core.errors import TformerError
 from tformer.cost.recurrent import GATES
 
@@ -21,7 +21,8 @@ from tformer.cost.recurrent import GATES
 @dataclass(frozen=True)
 class Linear:
     """y = x W^T (+ b): one nn.Linear. ``tied``: W is the token table's (the module owns only its bias).
-    ``bits`` 8 | 4: W is weight-only quantized, held in buffers (tformer.cost.quantized: their names, shapes, bytes)."""
+    ``layout`` (config.quantize's names: int8, int4, q8_0, q4_1): W is weight-only quantized to ``bits`` per weight,
+    held in buffers (tformer.cost.quantized: their names, shapes, bytes)."""
 
     path: str
     kind: str  # the ledger's op kind: qkv_proj, out_proj, ffn_up, ffn_gate, ffn_down, pooler, lm_head
@@ -30,10 +31,11 @@ class Linear:
     bias: bool
     tied: bool = False
     bits: int = 0  # 0: float W (the workload's dtype)
-    group: int = 0  # int4: inputs per scale and zero
+    group: int = 0  # int4, q8_0, q4_1: inputs per scale (and zero)
+    layout: str = ""  # "": float W
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
-        out = {} if self.tied or self.bits else {f"{self.path}.weight": (self.d_out, self.d_in)}
+        out = {} if self.tied or self.layout else {f"{self.path}.weight": (self.d_out, self.d_in)}
         if self.bias:
             out[f"{self.path}.bias"] = (self.d_out,)
         return out
@@ -383,7 +385,7 @@ def _merge(*parts) -> dict[str, tuple[int, ...]]:
 def describe(config) -> Architecture:
     """The description of ``config``'s model, its Linears quantized where config.quantize says so."""
     arch = _describe(config)
-    return arch if config.quantize == "none" else _quantized(config, arch)
+    return arch if config.quantize == config.quantize_head == "none" else _quantized(config, arch)
 
 
 def _describe(config) -> Architecture:
@@ -430,23 +432,34 @@ def _describe(config) -> Architecture:
 
 
 def _quantized(c, arch: Architecture) -> Architecture:
-    """config.quantize: every Linear of the stacks' layers and the LM head weight-only quantized (a tied head gets
-    its own weight); embeddings, norms and other heads stay float. Recurrent models are refused by the config."""
-    bits, group = {"int8": 8, "int4": 4}[c.quantize], c.quant_group or 0
+    """config.quantize: every Linear of the stacks' layers weight-only quantized, and the LM head as
+    config.quantize_head says (a tied head gets its own weight); embeddings, norms and other heads stay float.
+    Recurrent models are refused by the config."""
 
-    def q(lin: Linear | None) -> Linear | None:
-        if lin is not None and group and lin.d_in % group:
-            fits = [str(g) for g in QUANT_GROUPS if lin.d_in % g == 0] or ["none: keep this model at int8"]
-            raise TformerError(f"int4 group {group} does not divide {lin.path}'s input width {lin.d_in}; "
-                               f"choose a group that does ({', '.join(fits)})")
-        return lin and replace(lin, bits=bits, group=group, tied=False)
+    def quantizer(layout: str):
+        if layout == "none":
+            return lambda lin: lin
+        bits, group = QUANT_BITS[layout], (c.quant_group or 0) if layout == "int4" else BLOCK_GROUPS.get(layout, 0)
+
+        def q(lin: Linear | None) -> Linear | None:
+            if lin is not None and group and lin.d_in % group:
+                if layout != "int4":
+                    raise TformerError(f"{layout} keeps rows in blocks of {group} weights; {lin.path}'s input width "
+                                       f"{lin.d_in} is not a multiple of {group}: choose int8 or int4")
+                fits = [str(g) for g in QUANT_GROUPS if lin.d_in % g == 0] or ["none: keep this model at int8"]
+                raise TformerError(f"int4 group {group} does not divide {lin.path}'s input width {lin.d_in}; "
+                                   f"choose a group that does ({', '.join(fits)})")
+            return lin and replace(lin, bits=bits, group=group, layout=layout, tied=False)
+        return q
+
+    q = quantizer(c.quantize)
 
     def layer(ly: Layer) -> Layer:
         att = tuple(replace(a, q=q(a.q), k=q(a.k), v=q(a.v), o=q(a.o)) for a in ly.attention)
         mlp = replace(ly.mlp, up=q(ly.mlp.up), gate=q(ly.mlp.gate), down=q(ly.mlp.down))
         return replace(ly, attention=att, mlp=mlp)
     stacks = tuple(replace(st, layers=tuple(layer(ly) for ly in st.layers)) for st in arch.stacks)
-    head = arch.lm_head and replace(arch.lm_head, linear=q(arch.lm_head.linear))
+    head = arch.lm_head and replace(arch.lm_head, linear=quantizer(c.quantize_head)(arch.lm_head.linear))
     return replace(arch, stacks=stacks, lm_head=head)
 
 

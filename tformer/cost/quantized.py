@@ -3,8 +3,11 @@
 int8: ``weight`` (d_out, d_in) int8 and one fp32 ``scale`` per output row (symmetric: W = q * scale).
 int4: ``weight`` (d_out, d_in / 2) uint8, inputs 2j and 2j+1 of a row in byte j's low and high nibble, and a
 bf16 ``scale`` and ``zero`` per ``group`` inputs of each row (asymmetric: W = (q - 8) * scale + zero, q in
-0..15; the form torch's int4 CPU kernel takes, in the dtype it is fed). The bias stays float. The model's
-buffers (tformer.model.quantized) are these, so the ledger's weight bytes are the state dict's.
+0..15; the form torch's int4 CPU kernel takes, in the dtype it is fed).
+q8_0: ``weight`` (d_out, d_in) int8 and an fp16 ``scale`` per 32 inputs (GGUF's Q8_0: 34 bytes per 32 weights).
+q4_1: ``weight`` packed as int4's, an fp16 ``scale`` and ``min`` per 32 inputs (GGUF's Q4_1: 20 bytes per 32).
+The bias stays float. The model's buffers (tformer.model.quantized, block_quantized) are these, so the ledger's
+weight bytes are the state dict's.
 """
 
 from __future__ import annotations
@@ -17,12 +20,17 @@ from tformer.cost.architecture import Linear
 def quantized_buffers(spec: Linear) -> dict[str, tuple[tuple[int, ...], str, int]]:
     """A quantized Linear's buffers: name -> (shape, dtype, bytes per element); {} for a float Linear."""
     p, n, k = spec.path, spec.d_out, spec.d_in
-    if spec.bits == 8:
+    groups = (n, k // spec.group) if spec.group else ()
+    if spec.layout == "int8":
         return {f"{p}.weight": ((n, k), "int8", 1), f"{p}.scale": ((n,), "float32", 4)}
-    if spec.bits == 4:
-        groups = (n, k // spec.group)
+    if spec.layout == "int4":
         return {f"{p}.weight": ((n, k // 2), "uint8", 1), f"{p}.scale": (groups, "bfloat16", 2),
                 f"{p}.zero": (groups, "bfloat16", 2)}
+    if spec.layout == "q8_0":
+        return {f"{p}.weight": ((n, k), "int8", 1), f"{p}.scale": (groups, "float16", 2)}
+    if spec.layout == "q4_1":
+        return {f"{p}.weight": ((n, k // 2), "uint8", 1), f"{p}.scale": (groups, "float16", 2),
+                f"{p}.min": (groups, "float16", 2)}
     return {}
 
 
@@ -30,7 +38,7 @@ def linear_weight_bytes(spec: Linear, float_bytes: int) -> int:
     """Bytes of W and b that one product with ``spec`` reads: float W at ``float_bytes`` each, or the quantized
     buffers (the bias at ``float_bytes``)."""
     bias = spec.d_out * float_bytes if spec.bias else 0
-    if not spec.bits:
+    if not spec.layout:
         return spec.d_out * spec.d_in * float_bytes + bias
     return sum(_numel(shape) * size for shape, _, size in quantized_buffers(spec).values()) + bias
 
@@ -62,8 +70,8 @@ def architecture_buffers(arch) -> dict[str, tuple[tuple[int, ...], str, int]]:
 
 def quantized_saving(arch, float_bytes: int) -> int:
     """Bytes the quantized Linears of ``arch`` save against float weights of ``float_bytes`` each."""
-    return sum(linear_weight_bytes(replace(s, bits=0, group=0), float_bytes) - linear_weight_bytes(s, float_bytes)
-               for s in linears(arch) if s.bits)
+    return sum(linear_weight_bytes(replace(s, bits=0, group=0, layout=""), float_bytes)
+               - linear_weight_bytes(s, float_bytes) for s in linears(arch) if s.layout)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

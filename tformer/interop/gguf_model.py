@@ -1,9 +1,10 @@
-"""A tformer model from a GGUF file (llama.cpp's format): the config from its metadata, the weights
-dequantized to fp32 (bit-identical to gguf-py's dequantizer), under Hugging Face's names, then through the
-same conversion ``load_hf`` uses, so one set of key tables serves both formats.
+"""A tformer model from a GGUF file (llama.cpp's format): the config from its metadata, the weights under
+Hugging Face's names, then through the same conversion ``load_hf`` uses, so one set of key tables serves both
+formats. The weights are either dequantized to fp32 (bit-identical to gguf-py's dequantizer) or, for Q8_0 and
+Q4_1 matrices, kept in their blocks and run by tformer's block Linears (tformer.model.block_quantized).
 
     model = load_gguf("smollm2-135m-instruct")          # a packaged name, or a path to a .gguf file
-    model, tokenizer = load_gguf_with_tokenizer(path)
+    model, tokenizer = load_gguf(path, tokenizer=True, weights="dequantize")
 
 What llama.cpp's converter changed is undone here, as transformers' GGUF loader does: LLaMA-family Q and K
 rows were permuted so that llama.cpp can rotate consecutive pairs; tformer rotates the two halves of a head
@@ -20,7 +21,7 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.interop.gguf_config import gguf_name, hf_config_from_gguf, resolve_gguf
 from tformer.interop.gguf_file import GGUFFile, open_gguf
-from tformer.interop.gguf_quants import dequantize
+from tformer.interop.gguf_quants import KEPT, block_parts, dequantize
 from tformer.interop.gguf_tokenizer import tokenizer_from_gguf
 from tformer.interop.hf import model_from_hf
 
@@ -40,6 +41,13 @@ _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight
            "output.weight": "lm_head.weight"}
 
 
+WEIGHTS = ("keep", "dequantize")  # load_gguf's choices: blocks kept where tformer runs them, or all fp32
+# The GGUF Linears of a LLaMA-family layer -> our module names under decoder.layers.{i}.
+_OUR_LINEAR = {"attn_q": "attn.q_proj", "attn_k": "attn.k_proj", "attn_v": "attn.v_proj", "attn_output": "attn.o_proj",
+               "ffn_gate": "mlp.gate", "ffn_up": "mlp.up", "ffn_down": "mlp.down"}
+_FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
 def unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     """Q or K rows (n_head x head_dim, in) from llama.cpp's pair order back to Hugging Face's half order.
 
@@ -49,26 +57,17 @@ def unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def hf_state_from_gguf(f: GGUFFile, hf_config: dict) -> dict[str, torch.Tensor]:
-    """Every tensor of the file, dequantized to fp32, under its Hugging Face name."""
+def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
+    """Every tensor of the file, dequantized to fp32, under its Hugging Face name; those named in ``kept``
+    (GGUF name -> our module) are meta tensors of their shape, for the caller to fill from the blocks."""
     n_layers = hf_config["num_hidden_layers"]
     heads, kv_heads = hf_config["num_attention_heads"], hf_config["num_key_value_heads"]
     sd = {}
     for name, info in f.tensors.items():
-        if name in _GLOBAL:
-            hf = _GLOBAL[name]
-        elif name.startswith("blk.") and name.count(".") >= 2:
-            index, _, rest = name[4:].partition(".")
-            if not index.isdigit() or int(index) >= n_layers or rest not in _LAYER:
-                raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a llama model with "
-                                   f"{n_layers} layers; the file is damaged or of another architecture")
-            hf = f"model.layers.{int(index)}.{_LAYER[rest]}"
-        elif name == "rope_freqs.weight":
-            raise TformerError(f"GGUF file {f.path} carries rope_freqs (llama 3's RoPE scaling), which tformer "
-                               "does not support yet")
-        else:
-            raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a llama model; the file is "
-                               "damaged or of another architecture")
+        hf = _hf_name(f, name, n_layers)
+        if kept and name in kept and name != "token_embd.weight":
+            sd[hf] = torch.empty(info.shape, device="meta")
+            continue
         w = dequantize(f.raw(name), info.ggml_type, info.shape)
         if hf.endswith("q_proj.weight"):
             w = unpermute(w, heads)
@@ -78,9 +77,68 @@ def hf_state_from_gguf(f: GGUFFile, hf_config: dict) -> dict[str, torch.Tensor]:
     return sd
 
 
-def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False):
-    """Our model from a GGUF file or a packaged model's name, weights dequantized (fp32 unless ``dtype``);
-    with ``tokenizer=True``, (model, the file's tokenizer)."""
+def _hf_name(f: GGUFFile, name: str, n_layers: int) -> str:
+    if name in _GLOBAL:
+        return _GLOBAL[name]
+    if name.startswith("blk.") and name.count(".") >= 2:
+        index, _, rest = name[4:].partition(".")
+        if not index.isdigit() or int(index) >= n_layers or rest not in _LAYER:
+            raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a llama model with "
+                               f"{n_layers} layers; the file is damaged or of another architecture")
+        return f"model.layers.{int(index)}.{_LAYER[rest]}"
+    if name == "rope_freqs.weight":
+        raise TformerError(f"GGUF file {f.path} carries rope_freqs (llama 3's RoPE scaling), which tformer "
+                           "does not support yet")
+    raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a llama model; the file is "
+                       "damaged or of another architecture")
+
+
+def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict[str, str]]:
+    """The Linears that stay in their blocks (GGUF name -> our module) and the config fields that say so
+    (quantize for the layers, quantize_head for the LM head). Float matrices stay float; a layer type other
+    than Q8_0 and Q4_1, or a mix of them, is refused with the way out."""
+    layers: dict[str, str] = {}
+    for name in f.tensors:
+        index, _, rest = name.removeprefix("blk.").partition(".")
+        if name.startswith("blk.") and index.isdigit() and rest.removesuffix(".weight") in _OUR_LINEAR:
+            layers[name] = f"decoder.layers.{int(index)}.{_OUR_LINEAR[rest.removesuffix('.weight')]}"
+    head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
+    types = {f.tensors[n].ggml_type for n in layers}
+    layer_type, head_type = (next(iter(types)) if len(types) == 1 else None), f.tensors[head].ggml_type
+    for what, t in (("layers' matrices", layer_type), ("LM head", head_type)):
+        if t is None:
+            raise TformerError(f"GGUF file {f.path} mixes block types in its layers ({', '.join(sorted(types))}); "
+                               "tformer keeps one type across the layers: load it with --gguf-weights dequantize")
+        if t not in KEPT + _FLOAT_TYPES:
+            raise TformerError(f"GGUF file {f.path} holds its {what} as {t}; tformer keeps {', '.join(KEPT)} blocks: "
+                               "load it with --gguf-weights dequantize")
+    kept = {n: m for n, m in layers.items() if layer_type in KEPT}
+    if head_type in KEPT:
+        kept[head] = "lm_head"
+    fields = {"quantize": layer_type.lower() if layer_type in KEPT else "none",
+              "quantize_head": head_type.lower() if head_type in KEPT else "none"}
+    return kept, fields
+
+
+def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> None:
+    """Each kept Linear's buffers from its tensor's blocks, Q and K rows unpermuted as the fp32 path does."""
+    heads = {"attn.q_proj": hf_config["num_attention_heads"], "attn.k_proj": hf_config["num_key_value_heads"]}
+    with torch.no_grad():
+        for name, module_name in kept.items():
+            info = f.tensors[name]
+            parts = block_parts(f.raw(name), info.ggml_type, info.shape)
+            n_head = next((h for suffix, h in heads.items() if module_name.endswith(suffix)), None)
+            if n_head:
+                parts = tuple(unpermute(p, n_head) for p in parts)
+            model.get_submodule(module_name).set_blocks(*parts)
+
+
+def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False, weights: str = "keep"):
+    """Our model from a GGUF file or a packaged model's name; with ``tokenizer=True``, (model, the file's
+    tokenizer). ``weights``: "keep" runs Q8_0 and Q4_1 matrices in their blocks (other matrices, the
+    embedding and the norms in fp32); "dequantize" widens every tensor to fp32 (or ``dtype``)."""
+    if weights not in WEIGHTS:
+        raise TformerError(f"--gguf-weights {weights} is not a choice; choose one of: {', '.join(WEIGHTS)}")
     path = resolve_gguf(name_or_path)
     with open_gguf(path) as f:
         hf_config = hf_config_from_gguf(f)
@@ -88,9 +146,15 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
         if tok is not None:  # carried as read, so `export --format gguf` writes the tokenizer back unchanged
             tok.metadata = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
             tok.metadata_types = {k: f.metadata_types[k] for k in tok.metadata}
-        sd = hf_state_from_gguf(f, hf_config)
-    model = model_from_hf(hf_config, sd, gguf_name(name_or_path, path), device=device, dtype=dtype)
+        kept, fields = kept_linears(f) if weights == "keep" else ({}, None)
+        if kept and dtype not in (None, torch.float32):
+            raise TformerError(f"kept blocks carry their own fp16 scales and run on fp32 activations; for dtype "
+                               f"{dtype} load with --gguf-weights dequantize")
+        sd = hf_state_from_gguf(f, hf_config, kept)
+        model = model_from_hf(hf_config, sd, gguf_name(name_or_path, path), device=device, dtype=dtype,
+                              quantize=fields if kept else None)
+        _fill_blocks(model, f, kept, hf_config)
     return (model, tok) if tokenizer else model
 
 
-__all__ = ["hf_state_from_gguf", "load_gguf", "unpermute"]
+__all__ = ["WEIGHTS", "hf_state_from_gguf", "kept_linears", "load_gguf", "unpermute"]

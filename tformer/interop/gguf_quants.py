@@ -27,8 +27,9 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.interop.gguf_file import BLOCK_LAYOUTS
+from tformer.model.block_quantized import q4_1_blocks, q8_0_blocks
 
-__all__ = ["BLOCK_LAYOUTS", "QUANTIZABLE", "dequantize", "quantize", "quantized_nbytes"]
+__all__ = ["BLOCK_LAYOUTS", "KEPT", "QUANTIZABLE", "block_parts", "dequantize", "quantize", "quantized_nbytes"]
 
 QUANTIZABLE = ("F32", "F16", "Q8_0", "Q4_1")
 
@@ -199,14 +200,6 @@ def dequantize(raw, ggml_type: str, shape) -> torch.Tensor:
     return _DECODERS[ggml_type](blocks).reshape(shape)
 
 
-def _round_half_away(x: torch.Tensor) -> torch.Tensor:
-    # ggml rounds with roundf (halves away from zero). floor(|x| + 0.5) is wrong just below a half
-    # (0.49999997 + 0.5 rounds up to 1.0 in fp32), so the fraction is compared instead: exact.
-    a = x.abs()
-    whole = a.floor()
-    return torch.copysign(whole + ((a - whole) >= 0.5).float(), x)
-
-
 def _pack_nibbles(q: torch.Tensor) -> torch.Tensor:
     """(blocks, 32) values 0-15 -> (blocks, 16) bytes: value j in the low nibble of byte j, value 16+j high."""
     return q[:, :16] | (q[:, 16:] << 4)
@@ -250,15 +243,32 @@ def quantize(tensor: torch.Tensor, ggml_type: str) -> np.ndarray:
         return _fp16_bytes(x).reshape(-1).numpy().copy()
     blocks = x.reshape(-1, 32)
     if ggml_type == "Q8_0":
-        d = blocks.abs().amax(dim=1, keepdim=True) / 127
-        inverse = torch.where(d == 0, torch.zeros_like(d), 1 / d)
-        q = _round_half_away(blocks * inverse).to(torch.int8).view(torch.uint8)
-        out = torch.cat([_fp16_bytes(d), q], dim=1)
+        q, d = q8_0_blocks(blocks)
+        out = torch.cat([_fp16_bytes(d), q.view(torch.uint8)], dim=1)
     else:  # Q4_1
-        low = blocks.amin(dim=1, keepdim=True)
-        high = blocks.amax(dim=1, keepdim=True)
-        d = (high - low) / 15
-        inverse = torch.where(d == 0, torch.zeros_like(d), 1 / d)
-        q = ((blocks - low) * inverse + 0.5).trunc().to(torch.uint8).clamp(0, 15)
+        q, d, low = q4_1_blocks(blocks)
         out = torch.cat([_fp16_bytes(d), _fp16_bytes(low), _pack_nibbles(q)], dim=1)
     return out.reshape(-1).numpy().copy()
+
+
+KEPT = ("Q8_0", "Q4_1")  # the block types a model can keep (tformer.model.block_quantized)
+
+
+def block_parts(raw, ggml_type: str, shape) -> tuple[torch.Tensor, ...]:
+    """A Q8_0 or Q4_1 tensor's blocks as the parts tformer's block Linears store, for a 2-D ``shape`` (out, in):
+    Q8_0 -> q (out, in) int8, d (out, in/32) fp16; Q4_1 -> q (out, in) uint8 0..15 in input order, d, m fp16."""
+    if ggml_type not in KEPT:
+        raise TformerError(f"tformer keeps ggml types {', '.join(KEPT)} in their blocks, not {ggml_type}; "
+                           "load the file dequantized instead (--gguf-weights dequantize)")
+    n, k = (int(x) for x in shape)
+    data, _ = _as_uint8(raw)
+    if data.numel() != quantized_nbytes(ggml_type, shape):
+        raise TformerError(f"a {ggml_type} tensor of shape {tuple(shape)} takes {quantized_nbytes(ggml_type, shape)} "
+                           f"bytes, not {data.numel()}")
+    b = data.view(-1, BLOCK_LAYOUTS[ggml_type][1])
+
+    def fp16(at: int) -> torch.Tensor:
+        return b[:, at:at + 2].contiguous().view(torch.float16).view(n, k // 32)
+    if ggml_type == "Q8_0":
+        return b[:, 2:34].contiguous().view(torch.int8).view(n, k), fp16(0)
+    return _nibbles(b[:, 4:20]).view(n, k), fp16(0), fp16(2)

@@ -35,6 +35,7 @@ from tformer.interop.hf_rules import norm_rules as _norm
 from tformer.interop.hf_rules import with_head as _with_head
 from tformer.interop.hf_vision import VISION_PREFIX, VISION_RULES, VISION_UNUSED, is_bare, vision_refine
 from tformer.model import build
+from tformer.model.quantized import QuantizedLinear
 
 # Buffers some checkpoints carry that our model rebuilds on its own (masks, RoPE frequencies,
 # position-id ranges) and heads we do not model that HF itself drops when loading these classes.
@@ -404,9 +405,14 @@ def load_hf(path, device=None, dtype=None):
     return model_from_hf(hf_config, read_weights(directory, files), directory.name or config.name, device, dtype)
 
 
-def model_from_hf(hf_config: dict, sd: dict[str, torch.Tensor], name: str, device=None, dtype=None):
+def model_from_hf(hf_config: dict, sd: dict[str, torch.Tensor], name: str, device=None, dtype=None,
+                  quantize: dict | None = None):
     """Our model from a Hugging Face config dict and a state dict under Hugging Face's names (what a folder
-    holds, or what another format's reader, such as GGUF's, maps its tensors to). Returned in eval mode."""
+    holds, or what another format's reader, such as GGUF's, maps its tensors to). Returned in eval mode.
+
+    ``quantize``: config fields (quantize, quantize_head) for a model whose quantized Linears the caller fills
+    (GGUF blocks kept as they are): their weights come as meta tensors, shapes only, and are left unset here,
+    as is a tied head that becomes one."""
     config = config_from_hf(hf_config)
     model_type = hf_config["model_type"]
     sd = _normalise_names(sd)
@@ -415,16 +421,18 @@ def model_from_hf(hf_config: dict, sd: dict[str, torch.Tensor], name: str, devic
 
     expected = {k: v.shape for k, v in build(config, device="meta").state_dict().items()}
     ours = convert_from_hf(sd, config, model_type, prefix, expected)
-    model = build(config, device=device, dtype=dtype, init=False)
+    model = build(config.replace(**quantize) if quantize else config, device=device, dtype=dtype, init=False)
     targets = dict(model.named_parameters(remove_duplicate=False))
     targets.update(dict(model.named_buffers()))
+    left = {n for n, m in model.named_modules() if isinstance(m, QuantizedLinear)} if quantize else set()
     with torch.no_grad():
         for name, tensor in ours.items():
-            targets[name].copy_(tensor)
+            if not tensor.is_meta:
+                targets[name].copy_(tensor)
     # A guard on the tables above: every tensor of ours is filled, directly or through a tie.
-    filled = {targets[n].data_ptr() for n in ours}
-    unfilled = [k for k, v in model.state_dict().items()
-                if k not in ours and v.data_ptr() not in filled and k != "final_logits_bias"]
+    filled = {targets[n].data_ptr() for n in ours if n in targets}
+    unfilled = [k for k, v in model.state_dict().items() if k not in ours and v.data_ptr() not in filled
+                and k != "final_logits_bias" and k.rpartition(".")[0] not in left]
     if unfilled:
         raise RuntimeError(f"tformer.interop.hf left {unfilled} unset for {model_type}; this is a bug in the key tables")
     return model.eval()

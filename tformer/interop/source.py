@@ -59,12 +59,13 @@ def hf_tokenizer(directory: Path) -> HFTokenizerAdapter | None:
 
 
 def load_source(ckpt: str | None = None, hf: str | None = None, preset: str | None = None,
-                overrides=(), seed: int = 0, gguf: str | None = None):
-    """(model, tokenizer or None, a label) from a checkpoint folder, an HF folder or packaged name, or a preset."""
+                overrides=(), seed: int = 0, gguf: str | None = None, gguf_weights: str = "keep"):
+    """(model, tokenizer or None, a label) from a checkpoint folder, an HF folder or packaged name, a GGUF file
+    (``gguf_weights``: keep its blocks or dequantize, tformer.interop.gguf_model.load_gguf), or a preset."""
     if overrides and not preset:
         raise TformerError("--set overrides a --preset's fields; a checkpoint keeps its own config")
     if gguf:
-        model, tokenizer = load_gguf(gguf, tokenizer=True)
+        model, tokenizer = load_gguf(gguf, tokenizer=True, weights=gguf_weights)
         return model, tokenizer, str(gguf)
     if preset:
         config = load_config(preset, list(overrides))

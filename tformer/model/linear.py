@@ -32,7 +32,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from tformer.core.errors import TformerError
 from tformer.machine.path_choices import PLAIN, PathTable, load_paths, record_paths
 from tformer.model import linear_tuning
-from tformer.model.quantized import quantized_linear
+from tformer.model.block_quantized import LAYOUTS as BLOCK_LAYOUTS
+from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear
 from tformer.model.split_linear import split_rows_linear
 
 MODES = ("auto", "plain", "split")
@@ -127,6 +128,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return split_rows_linear(x, weight, bias, threads)
 
 
+def quantized_linear(spec) -> QuantizedLinear:
+    """The quantized module for a described Linear (tformer.cost.architecture.Linear with a ``layout``)."""
+    if spec.layout == "int8":
+        return Int8Linear(spec.d_in, spec.d_out, bias=spec.bias)
+    if spec.layout == "int4":
+        return Int4Linear(spec.d_in, spec.d_out, bias=spec.bias, group=spec.group)
+    if spec.layout in BLOCK_LAYOUTS:
+        return BLOCK_LAYOUTS[spec.layout](spec.d_in, spec.d_out, bias=spec.bias)
+    raise TformerError(f"{spec.path}: weights in layout {spec.layout!r} are not supported; quantize to int8, int4, "
+                       f"{' or '.join(BLOCK_LAYOUTS)}")
+
+
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state-dict keys) that takes the split path where it pays here."""
 
@@ -134,7 +147,7 @@ class Linear(nn.Linear):
     def described(cls, spec) -> "Linear":
         """The Linear an architecture description (tformer.cost.architecture.Linear) names: weight-only
         quantized (tformer.model.quantized) where the spec has ``bits``."""
-        if spec.bits:
+        if spec.layout:
             return quantized_linear(spec)
         return cls(spec.d_in, spec.d_out, bias=spec.bias)
 
@@ -142,4 +155,5 @@ class Linear(nn.Linear):
         return linear(x, self.weight, self.bias)
 
 
-__all__ = ["MODES", "Linear", "choose", "linear", "mode", "path_table", "split_rows_linear", "use_paths"]
+__all__ = ["MODES", "Linear", "choose", "linear", "mode", "path_table", "quantized_linear", "split_rows_linear",
+           "use_paths"]

@@ -1,4 +1,5 @@
-"""Weight-only quantized Linears: int8 per output row, int4 in groups of inputs (config.quantize).
+"""Weight-only quantized Linears: int8 per output row, int4 in groups of inputs (config.quantize); GGUF's
+32-weight blocks (q8_0, q4_1) build on these in tformer.model.block_quantized.
 
 Stored layouts (plain tensors, safetensors-ready, the same on every CPU; tformer.cost.quantized sizes them):
     Int8Linear  weight (out, in) int8, scale (out,) fp32:                 W = weight * scale[:, None]
@@ -50,10 +51,17 @@ def kernels() -> dict[str, bool]:
 _KERNELS = kernels()
 
 
+def nibble_pairs(packed: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """(rows, cols/2) bytes, input 2j in byte j's low nibble and 2j+1 in its high -> (rows, cols) values 0..15."""
+    return torch.stack((packed & 0x0F, packed >> 4), dim=-1).view(rows, cols)
+
+
 class QuantizedLinear(nn.Module):
-    """Shared by Int8Linear and Int4Linear: the bias, the path choice, quantizing a float weight."""
+    """Shared by the weight-only quantized Linears: the bias, the path choice, quantizing a float weight."""
 
     bits = 0
+    kernel_bits = 0  # which of torch's CPU kernels (8 or 4, see kernels()) the kernel path runs on
+    layout = ""
 
     def __init__(self, d_in: int, d_out: int, bias: bool):
         super().__init__()
@@ -67,7 +75,7 @@ class QuantizedLinear(nn.Module):
         """The quantized Linear of a float ``weight`` (out, in) and ``bias``, on weight's device."""
         out, d_in = weight.shape
         with torch.device(weight.device):
-            module = cls(d_in, out, bias is not None, **({"group": group} if cls.bits == 4 else {}))
+            module = cls(d_in, out, bias is not None, **({"group": group} if cls.layout == "int4" else {}))
         module.quantize_(weight)
         if bias is not None:
             module.bias.data.copy_(bias.detach())
@@ -83,11 +91,11 @@ class QuantizedLinear(nn.Module):
         """The kernel where it exists and measured faster than the reference on this machine, for this shape."""
         if self.path != "auto":
             return self.path == "kernel"
-        if not (_KERNELS[self.bits] and x.device.type == "cpu" and self.weight.device.type == "cpu"
+        if not (_KERNELS[self.kernel_bits] and x.device.type == "cpu" and self.weight.device.type == "cpu"
                 and not torch.compiler.is_compiling()):
             return False
         rows = x.numel() // self.in_features
-        key = (self.bits, getattr(self, "group", 0), self.out_features, self.in_features,
+        key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features,
                next(b for b in ROW_BUCKETS if rows <= b), torch.get_num_threads())
         found = _CHOICES.get(key)
         if found is None:
@@ -127,7 +135,7 @@ class QuantizedLinear(nn.Module):
 
     def _stored_key(self) -> tuple:
         # A load_state_dict copy bumps the version counter in place, a reassigned buffer has a new pointer.
-        return tuple((t.data_ptr(), t._version) for t in (self.weight, self.scale, getattr(self, "zero", self.scale)))
+        return tuple((t.data_ptr(), t._version) for t in self.buffers(recurse=False))
 
     def _kernel_operands(self):
         key = self._stored_key()
@@ -142,7 +150,8 @@ class QuantizedLinear(nn.Module):
 class Int8Linear(QuantizedLinear):
     """Symmetric int8 per output row: scale = max |W[r, :]| / 127, q = round(W / scale)."""
 
-    bits = 8
+    bits = kernel_bits = 8
+    layout = "int8"
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True):
         super().__init__(d_in, d_out, bias)
@@ -169,7 +178,8 @@ class Int4Linear(QuantizedLinear):
     """Asymmetric int4 in groups of ``group`` inputs per row: the group's range [lo, hi] cut into 15 steps,
     scale = (hi - lo) / 15, zero = lo + 8 * scale, q = round((W - lo) / scale)."""
 
-    bits = 4
+    bits = kernel_bits = 4
+    layout = "int4"
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True, group: int = 32):
         super().__init__(d_in, d_out, bias)
@@ -196,8 +206,7 @@ class Int4Linear(QuantizedLinear):
 
     def values(self) -> torch.Tensor:
         """The 4-bit values q (out, in), 0..15."""
-        low, high = self.weight & 0x0F, self.weight >> 4
-        return torch.stack((low, high), dim=-1).view(self.out_features, self.in_features)
+        return nibble_pairs(self.weight, self.out_features, self.in_features)
 
     def dequantized(self) -> torch.Tensor:
         n, k, g = self.out_features, self.in_features, self.group
@@ -222,13 +231,4 @@ class Int4Linear(QuantizedLinear):
         return super().extra_repr() + f", group={self.group}"
 
 
-def quantized_linear(spec) -> QuantizedLinear:
-    """The quantized module for a described Linear (tformer.cost.architecture.Linear with ``bits``)."""
-    if spec.bits == 8:
-        return Int8Linear(spec.d_in, spec.d_out, bias=spec.bias)
-    if spec.bits == 4:
-        return Int4Linear(spec.d_in, spec.d_out, bias=spec.bias, group=spec.group)
-    raise TformerError(f"{spec.path}: {spec.bits}-bit weights are not supported; quantize to int8 or int4")
-
-
-__all__ = ["KERNEL_DTYPE", "PATHS", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "quantized_linear"]
+__all__ = ["KERNEL_DTYPE", "PATHS", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "nibble_pairs"]

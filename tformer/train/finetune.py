@@ -20,9 +20,14 @@ from tformer.core.peft import PeftSpec
 from tformer.data.authorship import labelled_data
 from tformer.data.labelled import LabelledText
 from tformer.data.tokenizers import WordPieceTokenizer
+from tformer.data.gguf_models import PACKAGED_GGUF
 from tformer.data.weights import CHECKPOINTS, checkpoint_dir
 from tformer.interop.checkpoint import find_tokenizer, model_dir, read_state_dict
 from tformer.interop.config import load_config
+from tformer.interop.gguf_config import resolve_gguf
+from tformer.interop.gguf_file import open_gguf
+from tformer.interop.gguf_model import load_gguf
+from tformer.interop.gguf_tokenizer import tokenizer_from_gguf
 from tformer.interop.hf_config import is_hf_config
 from tformer.model import build
 from tformer.model.base import IGNORE_INDEX
@@ -40,7 +45,8 @@ DEFAULT_POOLING = {"all-minilm-l6-v2": "mean"}
 @dataclass
 class Origin:
     """Where the model comes from: kind "hf" (a Hugging Face folder or packaged checkpoint), "tformer" (a tformer
-    checkpoint or run folder) or "preset" (random init); ``path`` is the folder (None for a preset)."""
+    checkpoint or run folder), "gguf" (a GGUF file or packaged one, dequantized) or "preset" (random init);
+    ``path`` is the folder or file (None for a preset)."""
 
     kind: str
     name: str
@@ -62,6 +68,8 @@ class FinetuneRun:
 def resolve_origin(name: str) -> Origin:
     if name in CHECKPOINTS:
         return Origin("hf", name, checkpoint_dir(name))
+    if name in PACKAGED_GGUF or name.endswith(".gguf"):
+        return Origin("gguf", name, resolve_gguf(name))
     path = Path(name).expanduser()
     if path.is_dir():
         config_file = path / "config.json"
@@ -98,6 +106,9 @@ def finetune_tokenizer(origin: Origin):
         found = find_tokenizer(origin.path, origin.path.parent)
         if found is not None:
             return found
+    if origin.kind == "gguf":
+        with open_gguf(origin.path) as f:
+            return tokenizer_from_gguf(f.metadata)
     if origin.kind == "hf" and any((origin.path / f).is_file() for f in ("tokenizer.json", "vocab.txt")):
         return WordPieceTokenizer.from_checkpoint(origin.path)
     return WordPieceTokenizer.from_checkpoint(checkpoint_dir(TOKENIZER_FROM))
@@ -137,7 +148,9 @@ def _load_origin(model, origin: Origin) -> bool:
         _load_pretrained(model, str(origin.path))
     else:
         ours = model.state_dict()
-        weights = {k: v for k, v in read_state_dict(origin.path).items() if k in ours and ours[k].shape == v.shape}
+        found = (load_gguf(origin.path, weights="dequantize").state_dict() if origin.kind == "gguf"
+                 else read_state_dict(origin.path))
+        weights = {k: v for k, v in found.items() if k in ours and ours[k].shape == v.shape}
         model.load_state_dict(weights, strict=False)
         if model.config.tied_embeddings:
             model.tie_weights()
