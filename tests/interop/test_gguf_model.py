@@ -5,6 +5,8 @@ permutation and the refusals."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -167,3 +169,78 @@ def test_an_unknown_name_or_path_is_one_line(tmp_path):
     with pytest.raises(TformerError, match="not a packaged model") as err:
         resolve_gguf(tmp_path / "missing.gguf")
     assert "smollm2-135m-instruct" in str(err.value)
+
+
+def _blocks_file(tmp_path, layer_types: dict[str, str], embd="Q8_0"):
+    """A 2-layer llama GGUF (widths whole blocks of 32) whose matrices gguf-py quantizes to the given types."""
+    torch.manual_seed(1)
+    heads, kv, d, ff, vocab = 4, 2, 32, 64, 40
+    w = gguf.GGUFWriter(str(tmp_path / "blocks.gguf"), "llama")
+    for key, value in {"block_count": 2, "embedding_length": d, "feed_forward_length": ff,
+                       "attention.head_count": heads, "attention.head_count_kv": kv, "context_length": 64}.items():
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_float32("llama.rope.freq_base", 10000.0)
+
+    def add(name, shape, ggml_type="F32"):
+        t = (torch.randn(shape) * 0.2).numpy()
+        if ggml_type == "F32":
+            w.add_tensor(name, t)
+        else:
+            kind = gguf.GGMLQuantizationType[ggml_type]
+            w.add_tensor(name, gguf.quants.quantize(t, kind), raw_dtype=kind)
+    add("token_embd.weight", (vocab, d), embd)
+    add("output_norm.weight", (d,))
+    for i in range(2):
+        add(f"blk.{i}.attn_norm.weight", (d,))
+        add(f"blk.{i}.ffn_norm.weight", (d,))
+        for name, shape in (("attn_q", (d, d)), ("attn_k", (kv * d // heads, d)), ("attn_v", (kv * d // heads, d)),
+                            ("attn_output", (d, d)), ("ffn_gate", (ff, d)), ("ffn_up", (ff, d)), ("ffn_down", (d, ff))):
+            add(f"blk.{i}.{name}.weight", shape, layer_types.get(name, layer_types.get("*", "F32")))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return tmp_path / "blocks.gguf"
+
+
+@pytest.mark.parametrize("layers,embd,want", [("Q4_1", "Q8_0", ("q4_1", "q8_0")), ("Q8_0", "Q8_0", ("q8_0", "q8_0")),
+                                              ("Q4_1", "F32", ("q4_1", "none")), ("F32", "Q4_1", ("none", "q4_1"))])
+def test_kept_blocks_compute_the_dequantized_model(tmp_path, layers, embd, want):
+    """Blocks gguf-py wrote, kept: the config names them, and widened they give the dequantized model's logits."""
+    from tformer.model.quantized import QuantizedLinear
+
+    path = _blocks_file(tmp_path, {"*": layers}, embd)
+    kept, dense = load_gguf(path, weights="keep"), load_gguf(path, weights="dequantize")
+    assert (kept.config.quantize, kept.config.quantize_head) == want
+    assert (dense.config.quantize, dense.config.quantize_head) == ("none", "none")
+    for m in kept.modules():
+        if isinstance(m, QuantizedLinear):
+            m.path = "reference"
+    ids = torch.tensor([[1, 5, 7, 30, 2, 11]])
+    with torch.no_grad():
+        assert torch.allclose(kept(ids).logits, dense(ids).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("types,words", [({"*": "Q4_0"}, "holds its layers' matrices as Q4_0; tformer keeps Q8_0, Q4_1"),
+                                         ({"*": "Q4_1", "ffn_down": "Q8_0"}, "mixes block types in its layers (Q4_1, Q8_0)")])
+def test_blocks_tformer_cannot_keep_are_one_line_with_the_way_out(tmp_path, types, words):
+    path = _blocks_file(tmp_path, types)
+    with pytest.raises(TformerError, match=re.escape(words)) as err:
+        load_gguf(path, weights="keep")
+    assert "--gguf-weights dequantize" in str(err.value) and "\n" not in str(err.value)
+    assert load_gguf(path, weights="dequantize").config.quantize == "none"
+
+
+def test_finetune_starts_from_a_gguf_file(tmp_path):
+    """`tformer finetune --gguf FILE`: the file's weights (dequantized, Q/K unpermuted) under a new task head."""
+    from tformer.model import build
+    from tformer.train.finetune import _load_origin, finetune_config, resolve_origin
+
+    path, values = _tiny_file(tmp_path)
+    origin = resolve_origin(str(path))
+    assert origin.kind == "gguf"
+    model = build(finetune_config(origin, "sequence-classification", 2, "last", []))
+    assert _load_origin(model, origin)  # the head is new
+    assert torch.equal(model.decoder.layers[1].attn.k_proj.weight, unpermute(values["blk.1.attn_k.weight"], 2))
+    assert torch.equal(model.tok_embed.weight, values["token_embd.weight"])

