@@ -94,8 +94,6 @@ def llama_perplexity(bin_dir: Path, gguf: Path, text: Path, chunks: int, threads
         found["same_top_percent"] = float(m.group(1))
     if m := re.search(r"Mean\s+KLD:\s*([0-9.eE+-]+)", log):
         found["mean_kld"] = float(m.group(1))
-    if m := re.search(r"tokenizing the input \.\.\.\s*\n.*?(\d+) tokens", log):
-        found["text_tokens"] = int(m.group(1))
     return found
 
 
@@ -127,6 +125,37 @@ def quantized_path(model, path: str):
             m.path = "auto"
 
 
+def products_time(model) -> tuple[float, int]:
+    """(seconds, weight bytes) of one decode step's weight products alone, at one row: each Linear's bare op
+    (F.linear on the fp32 weight, or the int4 kernel on the packed blocks, what decoding runs) called in turn,
+    the whole pass timed (median of 7): the part of a step no glue can remove."""
+    import statistics
+
+    import torch.nn.functional as F
+
+    calls, nbytes = [], 0
+    for m in model.modules():
+        if isinstance(m, QuantizedLinear):
+            m.prepare(1)
+            x = torch.randn(1, m.in_features).to(torch.bfloat16)
+            calls.append((lambda m=m, x=x: m._kernel(x)) if m._traced[1] else
+                         (lambda m=m, x=x: F.linear(x.float(), m.dequantized())))
+        elif isinstance(m, torch.nn.Linear):
+            x = torch.randn(1, m.in_features)
+            calls.append(lambda m=m, x=x: F.linear(x, m.weight))
+        else:
+            continue
+        nbytes += sum(b.numel() * b.element_size() for b in (*m.buffers(recurse=False), *m.parameters()))
+    times = []
+    with torch.no_grad():
+        for _ in range(8):
+            t = time.perf_counter()
+            for call in calls:
+                call()
+            times.append(time.perf_counter() - t)
+    return statistics.median(times[1:]), nbytes
+
+
 def read_bandwidth() -> float:
     """Bytes/s of a read-only stream (a sum over 512 MiB): the rate a decode step's weight reads can hope for."""
     x = torch.ones(512 * 2**20 // 4)
@@ -155,6 +184,22 @@ def step_prediction(config, device, context: int = 64) -> dict:
     lg = ledger(config, Workload(phase="decode", batch=1, seq=context + 1, context=context))
     read = sum(op.bytes_read for op in lg.ops)
     return {"bytes_read": read, "weight_bytes": lg.memory["weights"], "predicted_step_s": roofline(lg, device).time_s}
+
+
+# The parts of the record each --skip name leaves out; a later run that skips them keeps the filed ones (dated).
+PARTS = {"speed": ("llama.cpp", "read_bandwidth", "profile", "tformer"), "ppl": ("perplexity",),
+         "export": ("tformer_gguf_in_llama_cpp",)}
+
+
+def _carry_skipped(record: dict, m: dict, skip: set) -> None:
+    path = _results.RESULTS / _results.bench_results_name(m["cpu"], m["physical_cores"] or m["logical_cpus"])
+    if not path.is_file():
+        return
+    before = json.loads(path.read_text()).get("llamacpp") or {}
+    for part, keys in PARTS.items():
+        if part in skip and all(k in before for k in keys):
+            record.update({k: before[k] for k in keys})
+            record[f"{part}_date"] = before.get(f"{part}_date", before.get("date"))
 
 
 # Main -----------------------------------------------------------------------------------------------------
@@ -204,7 +249,9 @@ def main(argv=None) -> int:
                 rows[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 continue
             pred = step_prediction(model.config, device)
-            rows[mode].update(pred, roofline_tg128=bw / pred["bytes_read"])
+            products, nbytes = products_time(model)
+            rows[mode].update(pred, roofline_tg128=bw / pred["bytes_read"], products_s=products,
+                              products_bytes_per_s=nbytes / products)
         record["tformer"] = rows
         lc = record["llama.cpp"]
         print(f"\n{'':16}{'pp512 tok/s':>12}{'tg128 tok/s':>12}{'x llama pp':>11}{'x llama tg':>11}"
@@ -219,6 +266,11 @@ def main(argv=None) -> int:
                   f"{1e3 / r['tg128']:8.1f}ms")
         print(f"(roofline tg: {bw / 1e9:.1f} GB/s read-only stream over the bytes a step reads; ledger step: "
               f"{note})")
+        for mode, r in rows.items():
+            if "error" not in r:
+                print(f"  {mode}: a step of {1e3 / r['tg128']:.1f} ms holds {r['products_s'] * 1e3:.1f} ms of weight "
+                      f"products alone (each Linear timed at one row: {r['products_bytes_per_s'] / 1e9:.1f} GB/s of "
+                      f"weights), {1e3 / r['tg128'] - r['products_s'] * 1e3:.1f} ms of everything else")
 
     with tempfile.TemporaryDirectory() as tmp:
         text_file = Path(tmp) / "wiki.test.raw"
@@ -254,6 +306,7 @@ def main(argv=None) -> int:
             print(f"\nllama.cpp reads tformer's f32 GGUF: perplexity {theirs.get('perplexity')} over {n} chunks "
                   f"(tformer fp32 {ours:.4f}); llama.cpp's Q4_1 run picks its f32 run's top token on "
                   f"{kld.get('same_top_percent')}% of positions (mean KLD {kld.get('mean_kld')})")
+    _carry_skipped(record, m, skip)
     _results.write("llamacpp", record, m, args.json, not args.no_save)
     return 0
 

@@ -12,6 +12,7 @@ from torch import nn
 from tformer.core.errors import TformerError
 from tformer.model.linear import Linear
 from tformer.model.masks import tracing
+from tformer.model.quantized import QuantizedLinear
 
 IGNORE_INDEX = -100  # label value that the losses skip (padding, unmasked MLM positions)
 
@@ -82,8 +83,15 @@ class TransformerModel(nn.Module):
         self.tie_weights()
 
     def num_parameters(self) -> int:
-        """Every parameter once (a tied head shares the embedding's storage and is not counted twice)."""
-        return sum(p.numel() for p in self.parameters())
+        """Every weight once: the parameters (a tied head shares the embedding's storage and is not counted twice)
+        and the weights quantized Linears pack into buffers (a tied head quantized apart still counts as the
+        embedding's)."""
+        n = sum(p.numel() for p in self.parameters())
+        tied = getattr(getattr(self, "config", None), "tied_embeddings", False)
+        for name, m in self.named_modules():
+            if isinstance(m, QuantizedLinear) and not (tied and name == "lm_head"):
+                n += m.in_features * m.out_features
+        return n
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor, shift: bool) -> torch.Tensor:
