@@ -27,7 +27,6 @@ What is measured (batch 1, threads = physical cores, the machine otherwise quiet
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -48,7 +47,7 @@ from tformer.interop.gguf_config import resolve_gguf
 from tformer.interop.gguf_model import load_gguf
 from tformer.machine import cpu_info
 from tformer.measure.perplexity import perplexity
-from tformer.model.quantized import QuantizedLinear
+from tformer.model.quantized import QuantizedLinear, quantized_path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
@@ -109,51 +108,6 @@ def tformer_speed(model, prompt: list[int], bos: int, compiled: bool, repeats: i
         tg = generate(model, [[bos]], max_new_tokens=129, **kw)
         best_tg = max(best_tg, tg.decode_tokens_per_s)
     return {"pp512": best_pp, "tg128": best_tg}
-
-
-@contextlib.contextmanager
-def quantized_path(model, path: str):
-    """Every kept block run on ``path`` ("kernel": torch's int4 kernel on bf16 inputs, as decoding takes it; a
-    512-token chunk otherwise takes the widening path, measured faster there) for the duration."""
-    modules = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
-    for m in modules:
-        m.path = path
-    try:
-        yield
-    finally:
-        for m in modules:
-            m.path = "auto"
-
-
-def products_time(model) -> tuple[float, int]:
-    """(seconds, weight bytes) of one decode step's weight products alone, at one row: each Linear's bare op
-    (F.linear on the fp32 weight, or the int4 kernel on the packed blocks, what decoding runs) called in turn,
-    the whole pass timed (median of 7): the part of a step no glue can remove."""
-    import statistics
-
-    import torch.nn.functional as F
-
-    calls, nbytes = [], 0
-    for m in model.modules():
-        if isinstance(m, QuantizedLinear):
-            m.prepare(1)
-            x = torch.randn(1, m.in_features).to(torch.bfloat16)
-            calls.append((lambda m=m, x=x: m._kernel(x)) if m._traced[1] else
-                         (lambda m=m, x=x: F.linear(x.float(), m.dequantized())))
-        elif isinstance(m, torch.nn.Linear):
-            x = torch.randn(1, m.in_features)
-            calls.append(lambda m=m, x=x: F.linear(x, m.weight))
-        else:
-            continue
-        nbytes += sum(b.numel() * b.element_size() for b in (*m.buffers(recurse=False), *m.parameters()))
-    times = []
-    with torch.no_grad():
-        for _ in range(8):
-            t = time.perf_counter()
-            for call in calls:
-                call()
-            times.append(time.perf_counter() - t)
-    return statistics.median(times[1:]), nbytes
 
 
 def read_bandwidth() -> float:

@@ -57,7 +57,7 @@ def test_greedy_continuations_equal_transformers(real):
         assert got == want, prompt
 
 
-def test_kept_blocks_are_the_files_bytes(smollm2_kept, smollm2_path):
+def test_kept_blocks_are_the_files_bytes(smollm2_kept, smollm2, smollm2_path):
     """Q4_1 layers and the Q8_0 head (the token table's blocks: the file ties them) hold the file's blocks: as many
     bytes, and widened they are the dequantized weights exactly, Q and K rows unpermuted alike."""
     kept = smollm2_kept
@@ -68,7 +68,7 @@ def test_kept_blocks_are_the_files_bytes(smollm2_kept, smollm2_path):
                                   ("token_embd.weight", "lm_head")):
             m = kept.get_submodule(module)
             assert sum(b.numel() * b.element_size() for b in m.buffers()) == f.tensors[gguf_name].nbytes
-    dense = dict(load_gguf(smollm2_path, weights="dequantize").named_parameters())
+    dense = dict(smollm2[0].named_parameters())
     for module in ("decoder.layers.3.attn.q_proj", "decoder.layers.3.attn.k_proj", "decoder.layers.29.mlp.up",
                    "lm_head"):
         want = dense["tok_embed.weight" if module == "lm_head" else f"{module}.weight"]
@@ -83,29 +83,25 @@ def _wikitext_chunks(tok, chunks=2, ctx=512):
 
 
 def test_kept_blocks_agree_with_the_dequantized_model(smollm2, smollm2_kept):
-    """On 1,024 WikiText-2 test tokens the kept model's next-token choice is the dequantized model's on >= 99% of
-    them through its widening path (the same weights: logits equal but for the sums' order), and on >= 97.5%
-    through torch's int4 kernel, which rounds inputs and scales to bf16 (measured here: 98.0%; llama.cpp rounds
-    its inputs coarser still, to 8-bit blocks, and its own agreement is in the bench's record)."""
-    from tformer.model.quantized import QuantizedLinear, kernels
+    """Against the dequantized model on WikiText-2's test text: through its widening path (the same weights) the
+    kept model gives the same logits (1e-3, the sums' order) and next tokens (>= 99%) on 128 tokens; through torch's
+    int4 kernel, which rounds inputs and scales to bf16, the same next token on >= 97.5% of 1,024 (measured: 98.0%;
+    llama.cpp rounds its inputs coarser still, to 8-bit blocks: its own Q4_1-vs-f32 agreement, 96.5%, is in
+    bench/llamacpp.py's record)."""
+    from tformer.model.quantized import kernels, quantized_path
 
     dense, tok = smollm2
     ids = _wikitext_chunks(tok)
-    paths = ["reference"] + (["kernel"] if kernels()[4] else [])
-    with torch.no_grad():
+    short = ids[:1, :128]  # the widening path computes the same weights: a short check of its logits suffices
+    with torch.no_grad(), quantized_path(smollm2_kept, "reference"):
         want = dense(ids).logits
-        for path in paths:
-            for m in smollm2_kept.modules():
-                if isinstance(m, QuantizedLinear):
-                    m.path = path
-            got = smollm2_kept(ids).logits
-            agree = (got.argmax(-1) == want.argmax(-1)).float().mean().item()
-            if path == "reference":
-                assert (got - want).abs().max().item() < 1e-3
-            assert agree >= (0.99 if path == "reference" else 0.975), (path, agree)
-    for m in smollm2_kept.modules():
-        if isinstance(m, QuantizedLinear):
-            m.path = "auto"
+        got = smollm2_kept(short).logits
+        assert (got - want[:1, :128]).abs().max().item() < 1e-3
+        assert (got.argmax(-1) == want[:1, :128].argmax(-1)).float().mean().item() >= 0.99
+    if kernels()[4]:
+        with torch.no_grad(), quantized_path(smollm2_kept, "kernel"):
+            agree = (smollm2_kept(ids).logits.argmax(-1) == want.argmax(-1)).float().mean().item()
+        assert agree >= 0.975, agree
 
 
 def _tiny_file(tmp_path, arch="llama", extra=None, drop=()):

@@ -30,7 +30,10 @@ def _context(real_model=True, results_dir=None):
 @pytest.fixture(scope="module")
 def built(smollm2_path):
     ctx = _context()
-    ctx.results["real_model"] = R.measure(ctx)
+    with pytest.MonkeyPatch.context() as mp:  # the section's path, not its figures: a short reply, one chunk
+        mp.setattr(R, "REPLY_TOKENS", 10)
+        mp.setattr(R, "PPL_CHUNKS", 1)
+        ctx.results["real_model"] = R.measure(ctx)
     return ctx, R.build(ctx)
 
 

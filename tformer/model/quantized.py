@@ -20,6 +20,7 @@ reference faster: the choice is timed on the machine, at each layer shape's firs
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
@@ -163,6 +164,22 @@ class QuantizedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+@contextlib.contextmanager
+def quantized_path(model, path: str):
+    """Every quantized Linear of ``model`` on ``path`` ("kernel", "reference" or "auto") for the duration, then
+    back to "auto": how tests and benches compare the paths on one model."""
+    if path not in PATHS:
+        raise TformerError(f"quantized path {path!r} is unknown; choose one of: {', '.join(PATHS)}")
+    modules = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    for m in modules:
+        m.path = path
+    try:
+        yield model
+    finally:
+        for m in modules:
+            m.path = "auto"
+
+
 def prepare_quantized(model, rows: int, dtype: torch.dtype = torch.float32) -> None:
     """Every quantized Linear of ``model`` prepared for products of ``rows`` rows (QuantizedLinear.prepare): what
     a compiled step does before tracing."""
@@ -256,4 +273,4 @@ class Int4Linear(QuantizedLinear):
 
 
 __all__ = ["KERNEL_DTYPE", "PATHS", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "nibble_pairs",
-           "prepare_quantized"]
+           "prepare_quantized", "quantized_path"]
