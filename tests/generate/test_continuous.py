@@ -237,3 +237,17 @@ def test_bad_batcher_settings(bad):
 def test_encoder_models_are_refused():
     with pytest.raises(TformerError, match="cannot generate"):
         ContinuousBatcher(_model(arch="encoder", lm_head=True))
+
+
+def test_a_config_whose_pad_and_end_ids_lie_outside_the_vocabulary_still_batches():
+    """A config cut from a larger model keeps its pad and end ids (GPT-2's 50256 with 37 tokens here): padding joined
+    rows with them failed every concurrent request. Padding takes an id inside the vocabulary; each row computes
+    what it computes alone."""
+    model = _model(pad_token_id=50256, eos_token_id=50256, bos_token_id=50256)
+    requests = [Request(p, max_new_tokens=5, stop_tokens=()) for p in PROMPTS]
+    _, seqs, _ = _serve(model, requests)
+    assert [s.finish_reason for s in seqs] == ["length"] * len(PROMPTS)
+    for seq in seqs:
+        assert seq.tokens == _alone(model, seq.request)
+    batched = generate(model, PROMPTS, max_new_tokens=5, stop_tokens=[]).sequences  # generate's own left padding
+    assert batched == [_alone(model, r) for r in requests]

@@ -33,7 +33,7 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
-from tformer.generate.search import pad_batch
+from tformer.generate.search import filler_id, pad_batch
 from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
 from tformer.model.base import TransformerModel
 from tformer.model.runners import runner_for
@@ -122,8 +122,8 @@ class ContinuousBatcher(WorkQueue):
         self._active: list[Sequence] = []  # row i of the cache is _active[i]
         self._cache = None
         self._next: torch.Tensor | None = None  # (N,) the token each active row reads at the next step
-        pad = self.config.pad_token_id
-        self._pad = pad if pad is not None else (self.config.eos_token_id or 0)
+        c = self.config
+        self._pad = filler_id(c.vocab_size, c.pad_token_id, c.eos_token_id)
 
     # Public -------------------------------------------------------------------------------------
     @property

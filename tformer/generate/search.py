@@ -63,7 +63,7 @@ class GenerationConfig:
     # Stop tokens: an id, a list of ids for every sequence, or one list per sequence. None = the
     # model's eos_token_id (if any); [] = never stop early.
     stop_tokens: int | Sequence[int] | Sequence[Sequence[int]] | None = None
-    pad_token_id: int | None = None  # fills finished rows; None = model's pad, else first stop token, else 0
+    pad_token_id: int | None = None  # fills finished rows; else the model's pad, the first stop token, 0 (in the vocabulary)
     use_cache: bool = True
     # Pre-allocate the cache for prompt + max_new_tokens positions and write each step in place. The
     # growing layout (False) concatenates, copying the whole cache every step: measured on GPT-2 at
@@ -154,6 +154,16 @@ def _rows(input_ids, attention_mask) -> list[list[int]]:
             return [list(input_ids)]
         return [list(r) for r in input_ids]
     raise TformerError(f"input_ids must be a tensor or a list of token ids, got {type(input_ids).__name__}")
+
+
+def filler_id(vocab_size: int, *candidates) -> int:
+    """The id that fills padding and finished rows: the first candidate (int or None) inside the vocabulary, else 0.
+    Padding is masked, but the embedding still looks the id up: a config that keeps another model's pad or end id
+    (a GPT-2 config cut to a small vocabulary keeps 50256) would fail at the first padded batch."""
+    for c in candidates:
+        if isinstance(c, int) and not isinstance(c, bool) and 0 <= c < vocab_size:
+            return c
+    return 0
 
 
 def pad_batch(rows: list[list[int]], pad: int, side: str, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -462,12 +472,8 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
 
     stop_tokens = cfg.stop_tokens if cfg.stop_tokens is not None else mc.eos_token_id
     stop = _stop_matrix(stop_tokens, len(rows), mc.vocab_size, device)
-    pad = cfg.pad_token_id
-    if pad is None:
-        pad = mc.pad_token_id
-    if pad is None:
-        first = stop.nonzero()
-        pad = int(first[0, 1]) if len(first) else 0
+    first = stop.nonzero()
+    pad = filler_id(mc.vocab_size, cfg.pad_token_id, mc.pad_token_id, int(first[0, 1]) if len(first) else None)
 
     generator = None
     if cfg.seed is not None:
@@ -475,7 +481,7 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
     cache_length = prefix + max_new if cfg.use_cache and cfg.static_cache else None
     cache = runner.new_cache(len(rows), cache_length, kv=cfg.use_cache)
     if runner.takes_source:
-        src, src_mask = pad_batch(rows, mc.pad_token_id if mc.pad_token_id is not None else pad, "right", device)
+        src, src_mask = pad_batch(rows, filler_id(mc.vocab_size, mc.pad_token_id, pad), "right", device)
         start = torch.tensor(start_rows, dtype=torch.long, device=device)
         prefill = partial(runner.prefill, cache, start, source=src, source_mask=src_mask)
         prefill_tokens = int(src_mask.sum()) + start.numel()
