@@ -46,6 +46,11 @@ def test_the_section_holds_the_ledger_the_chat_the_maps_and_the_perplexity(built
     # the layers at 20 bytes per 32 weights and the head at 34, against 4 bytes a weight
     assert 5.0 < fp32["bytes_read"] / file["bytes_read"] < 6.4
     assert file["flops"] == fp32["flops"]  # a format changes the bytes, not the arithmetic
+    # every row quantizes the head too (a tied head read in fp32 would add 113 MB a token): Q8_0 reads 34/32 bytes a
+    # weight of what int8 per row reads at 1 (+ its per-row scales), each row below fp32's quarter plus the KV
+    q8, int8 = rows["Q8_0 everywhere"], rows["int8 per row"]
+    assert 1.0 < q8["bytes_read"] / int8["bytes_read"] < 34 / 32 + 0.01
+    assert all(r["bytes_read"] < fp32["bytes_read"] * 0.3 for r in data["formats"] if r is not fp32)
     assert data["chat"]["reply"].strip() and "Paris" in data["chat"]["reply"]
     assert data["decode_tokens_per_s"] > 0 and 1 < data["perplexity"] < 100
     figures = [b for b in sec.blocks if isinstance(b, Figure)]

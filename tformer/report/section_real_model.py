@@ -117,7 +117,7 @@ def build(ctx) -> Section:
         return sec
     model, turn = run["model"], run["turn"]
     c = model.config
-    rows = format_rows(c.replace(quantize="none", quantize_head="none"), ctx.measured)
+    rows = format_rows(c.replace(quantize="none", quantize_head=None), ctx.measured)  # None: the head follows
     data = {"config": {"layers": c.n_layers, "d_model": c.d_model, "heads": c.n_heads, "kv_heads": c.n_kv_heads,
                        "d_ff": c.d_ff, "vocab": c.vocab_size, "context": c.max_positions},
             "formats": rows, "load_s": run["load_s"], "chat": {"user": QUESTION, "reply": turn.text,
