@@ -385,9 +385,11 @@ class ModelConfig:
         if self.quantize_head not in (None, "none") and not self.lm_head:
             raise TformerError(f"quantize_head={self.quantize_head} quantizes the LM head; this model has none: "
                                "drop quantize_head")
-        if self.quantize != "none" and self.traits.recurrent:
-            raise TformerError(f"quantize={self.quantize} covers a Transformer's Linears; {self.traits.label} keeps "
-                               "its recurrent weights in fused cells: keep it in float (quantize=none)")
+        asked = [f"{k}={v}" for k, v in (("quantize", self.quantize), ("quantize_head", self.quantize_head))
+                 if v not in (None, "none")]
+        if asked and self.traits.recurrent:
+            raise TformerError(f"{asked[0]} covers a Transformer's Linears; {self.traits.label} keeps its recurrent "
+                               f"weights in fused cells: keep it in float ({asked[0].split('=')[0]}=none)")
         if self.quant_group is None:
             return
         if "int4" not in (self.quantize, self.quantize_head):
