@@ -17,10 +17,9 @@ computes it exactly up to the kernel's bf16 rounding of the input and the scales
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
-from tformer.model.quantized import _INT4_N_MULTIPLE, INT4_MID, KERNEL_DTYPE, QuantizedLinear, nibble_pairs
+from tformer.model.quantized import INT4_MID, Int4KernelLinear, nibble_pairs, pack_pairs
 
 BLOCK = 32  # weights per block (Q8_0, Q4_1)
 
@@ -57,38 +56,16 @@ def _blocks_of(weight: torch.Tensor) -> torch.Tensor:
     return w.reshape(-1, BLOCK)
 
 
-class BlockQuantizedLinear(QuantizedLinear):
-    """Shared by Q8_0Linear and Q4_1Linear: rows of whole 32-weight blocks, the int4 kernel's operands."""
+class BlockQuantizedLinear(Int4KernelLinear):
+    """Shared by Q8_0Linear and Q4_1Linear: rows of whole 32-weight blocks, run on the int4 kernel."""
 
     group = BLOCK
-    kernel_bits = 4  # both layouts run on the int4 kernel
 
     def __init__(self, d_in: int, d_out: int, bias: bool):
         if d_in % BLOCK:
             raise TformerError(f"{self.layout} keeps rows in blocks of {BLOCK} weights; this Linear's input width "
                                f"{d_in} is not a multiple of {BLOCK}: keep it at int8 or in float")
         super().__init__(d_in, d_out, bias)
-
-    def _planes(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """4-bit values (out, in') 0..15 and the scale and zero (out, in'/32) fp32 of each group, with
-        W x = sum over the groups of ((values - 8) * scale + zero) x', x' the input as _kernel_input gives it."""
-        raise NotImplementedError
-
-    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def _pack(self):
-        values, scale, zero = self._planes()
-        pad = -self.out_features % _INT4_N_MULTIPLE
-        packed = torch._convert_weight_to_int4pack_for_cpu(F.pad(values.to(torch.int32), (0, 0, 0, pad)), 1)
-        # (groups, out, 2): each group's scale and zero, the layout the kernel reads.
-        scale_zero = torch.stack((scale, zero), dim=-1).transpose(0, 1)
-        return packed, F.pad(scale_zero, (0, 0, 0, pad)).to(KERNEL_DTYPE).contiguous()
-
-    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        packed, scale_zero = self._kernel_operands()
-        y = torch._weight_int4pack_mm_for_cpu(self._kernel_input(x), packed, BLOCK, scale_zero)
-        return y[:, :self.out_features] if y.shape[1] != self.out_features else y
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", layout={self.layout}"
@@ -144,7 +121,7 @@ class Q4_1Linear(BlockQuantizedLinear):
 
     def set_blocks(self, q: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> None:
         """q (out, in) uint8 0..15 in input order, d and m (out, in/32) fp16."""
-        self.weight.copy_(q[:, 0::2] | (q[:, 1::2] << 4))
+        self.weight.copy_(pack_pairs(q))
         self.scale.copy_(d)
         self.min.copy_(m)
 

@@ -154,6 +154,9 @@ class QuantizedLinear(nn.Module):
 
     def _kernel_operands(self):
         if torch.compiler.is_compiling():  # prepare() packed them; data pointers cannot be read in a graph
+            if self._packed is None:
+                raise TformerError("a quantized Linear forced onto its kernel is traced unprepared; call "
+                                   "tformer.model.quantized.prepare_quantized(model, rows) before compiling")
             return self._packed[1]
         key = self._stored_key()
         if self._packed is None or self._packed[0] != key:
@@ -215,11 +218,45 @@ class Int8Linear(QuantizedLinear):
         return torch._weight_int8pack_mm(x, self.weight, self._kernel_operands())
 
 
-class Int4Linear(QuantizedLinear):
+class Int4KernelLinear(QuantizedLinear):
+    """A quantized Linear whose kernel path is torch's int4 CPU kernel: a subclass says, through ``_planes``, which
+    4-bit values and per-group scale and zero give W x (Int4Linear directly; GGUF's blocks after a rewrite)."""
+
+    kernel_bits = 4
+    group = 32
+
+    def _planes(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """4-bit values (out, in') 0..15 and fp32 scale and zero (out, in'/group) with W x = sum over the groups of
+        ((values - 8) * scale + zero) x', x' the input as _kernel_input gives it."""
+        raise NotImplementedError
+
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def _pack(self):
+        values, scale, zero = self._planes()
+        pad = -self.out_features % _INT4_N_MULTIPLE
+        packed = torch._convert_weight_to_int4pack_for_cpu(F.pad(values.to(torch.int32), (0, 0, 0, pad)), 1)
+        # (groups, out, 2): each group's scale and zero, the layout the kernel reads.
+        scale_zero = torch.stack((scale, zero), dim=-1).transpose(0, 1)
+        return packed, F.pad(scale_zero, (0, 0, 0, pad)).to(KERNEL_DTYPE).contiguous()
+
+    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
+        packed, scale_zero = self._kernel_operands()
+        y = torch._weight_int4pack_mm_for_cpu(self._kernel_input(x), packed, self.group, scale_zero)
+        return y[:, :self.out_features] if y.shape[1] != self.out_features else y
+
+
+def pack_pairs(values: torch.Tensor) -> torch.Tensor:
+    """(rows, cols) values 0..15 -> (rows, cols/2) bytes, input 2j in byte j's low nibble and 2j+1 in its high."""
+    return values[:, 0::2] | (values[:, 1::2] << 4)
+
+
+class Int4Linear(Int4KernelLinear):
     """Asymmetric int4 in groups of ``group`` inputs per row: the group's range [lo, hi] cut into 15 steps,
     scale = (hi - lo) / 15, zero = lo + 8 * scale, q = round((W - lo) / scale)."""
 
-    bits = kernel_bits = 4
+    bits = 4
     layout = "int4"
 
     def __init__(self, d_in: int, d_out: int, bias: bool = True, group: int = 32):
@@ -241,7 +278,7 @@ class Int4Linear(QuantizedLinear):
         zero = (lo + INT4_MID * scale.float()).to(torch.bfloat16)
         start = zero.float() - INT4_MID * scale.float()
         q = torch.round((w - start[..., None]) / scale.float()[..., None]).clamp(0, 15).to(torch.uint8).view(n, k)
-        self.weight.copy_(q[:, 0::2] | (q[:, 1::2] << 4))
+        self.weight.copy_(pack_pairs(q))
         self.scale.copy_(scale)
         self.zero.copy_(zero)
 
@@ -254,23 +291,13 @@ class Int4Linear(QuantizedLinear):
         q = self.values().float().view(n, k // g, g)
         return ((q - INT4_MID) * self.scale.float()[..., None] + self.zero.float()[..., None]).view(n, k)
 
-    def _pack(self):
-        n = self.out_features
-        pad = -n % _INT4_N_MULTIPLE
-        q = F.pad(self.values().to(torch.int32), (0, 0, 0, pad))
-        # (in/group, out, 2): each group's scale and zero, the layout the kernel reads.
-        scale_zero = torch.stack((self.scale, self.zero), dim=-1).transpose(0, 1)
-        scale_zero = F.pad(scale_zero, (0, 0, 0, pad)).to(KERNEL_DTYPE).contiguous()
-        return torch._convert_weight_to_int4pack_for_cpu(q, 1), scale_zero
-
-    def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        packed, scale_zero = self._kernel_operands()
-        y = torch._weight_int4pack_mm_for_cpu(x, packed, self.group, scale_zero)
-        return y[:, :self.out_features] if y.shape[1] != self.out_features else y
+    def _planes(self):
+        return self.values(), self.scale.float(), self.zero.float()
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", group={self.group}"
 
 
-__all__ = ["KERNEL_DTYPE", "PATHS", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "nibble_pairs",
+__all__ = ["KERNEL_DTYPE", "PATHS", "Int4KernelLinear", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "nibble_pairs",
+           "pack_pairs",
            "prepare_quantized", "quantized_path"]
