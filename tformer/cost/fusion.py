@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
-from tformer.cost.architecture import Linear
+from tformer.cost.description import Linear
 from tformer.cost.ledger import Ledger, Workload, ledger
 from tformer.cost.oplist import OpListBuilder
 from tformer.cost.ops import Op

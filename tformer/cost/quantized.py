@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tformer.cost.architecture import Linear
+from tformer.cost.description import Linear
 
 
 def quantized_buffers(spec: Linear) -> dict[str, tuple[tuple[int, ...], str, int]]:
