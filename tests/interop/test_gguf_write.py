@@ -393,6 +393,8 @@ def one_line(exc) -> str:
     (dict(**{**GPT2, "activation": "relu"}), "activation='relu'"),
     (dict(**{**LLAMA, "rope_scaling": "linear", "rope_factor": 2.0}), "RoPE scaling"),
     (dict(**{**GPT2, "norm_placement": "post"}), "norm_placement"),
+    (dict(**{**LLAMA, "quantize": "q4_1"}), "hold q4_1 weights; export the float model (a GGUF file read with "
+                                            "--gguf-weights dequantize"),
 ])
 def test_what_no_gguf_holds_is_refused_in_one_line(chars, tmp_path, fields, words):
     with pytest.raises(TformerError) as exc:
@@ -469,7 +471,7 @@ def test_smollm2_reexported_as_q8_0(tmp_path):
     from tformer.interop.gguf_config import resolve_gguf
 
     source = resolve_gguf("smollm2-135m-instruct")
-    model, tok = load_gguf("smollm2-135m-instruct", tokenizer=True)
+    model, tok = load_gguf("smollm2-135m-instruct", tokenizer=True, weights="dequantize")
     want = gguf_tokenizer_metadata(source)
     # Without its file's metadata the tokenizer is rebuilt: the same vocabulary, types, merges, ids and template
     rebuilt = gguf_tokenizer_metadata(save_gguf(model, tmp_path / "rebuilt.gguf", "q8_0", tok).path)

@@ -105,8 +105,9 @@ def gguf_architecture(config) -> str:
     if config.task:
         raise _refuse(config, f"it has a {config.task} head in place of the LM head")
     if config.quantize != "none":
-        raise _refuse(config, f"its Linears are tformer's {config.quantize} ones; export the float model (before "
-                              "tformer quantize) and pick the GGUF --type instead")
+        raise _refuse(config, f"its Linears hold {config.quantize} weights; export the float model (a GGUF file read "
+                              "with --gguf-weights dequantize, or the model before tformer quantize) and pick the "
+                              "GGUF --type instead")
     if config.position == "rope" and config.norm == "rmsnorm":
         arch = "llama"
     elif config.position == "learned" and config.norm == "layernorm":
