@@ -10,6 +10,7 @@ from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 from tformer.generate import generate
 from tformer.generate.continuous import FINISH_REASONS, Closed, ContinuousBatcher, QueueFull, Request
+from tformer.generate.slot_pool import pool_serves
 from tformer.model import build, runner_for
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15], [3] * 11, [9, 8, 7, 6, 5]]
@@ -98,9 +99,49 @@ def test_greedy_under_load_equals_alone(name, monkeypatch):
         runner.prefill(cache, torch.tensor([[0]]), source=torch.tensor([[1, 2]]))
     else:
         runner.prefill(cache, torch.tensor([[1, 2]]))
+    if pool_serves(model.config):
+        # Decoder-only attention decodes over the KV pool: the later requests take the rows the first ones give
+        # back, with no join: the batch stays full for 15 steps (one group after another: 3 + 3).
+        assert name in ("gpt-learned", "llama-rope-gqa", "alibi", "sinusoidal", "sliding-rolling")
+        assert joins == [] and batcher.stats.steps[3][0] == 15
+        return
     joinable = runner.can_join(cache)  # asked of a cache that has read something (a recurrent state exists then)
-    assert joinable == (name in ("gpt-learned", "llama-rope-gqa", "alibi", "sinusoidal", "rnn-lstm"))
+    assert joinable == (name == "rnn-lstm")
     assert joins == ([(2, 1)] * 3 if joinable else [])
+
+
+def test_a_shared_prompt_start_is_computed_once_and_changes_nothing():
+    """Prefix caching: requests whose prompts start alike (a chat's system prompt) copy the first one's keys."""
+    model = _model(position="rope", norm="rmsnorm", n_heads=4, n_kv_heads=2, d_model=32, d_ff=48)
+    system = [(5 * i + 3) % 37 for i in range(20)]
+    requests = [Request(system + tail, max_new_tokens=6, stop_tokens=()) for tail in ([1, 2], [9], [4, 4, 4], system)]
+    batcher, seqs, _ = _serve(model, requests, max_batch=1)  # one at a time: each later prompt finds the first's
+    assert batcher.stats.prefix_tokens == 3 * 20 and batcher._pool.prefixes.hits == 3
+    for seq in seqs:
+        assert seq.tokens == _alone(model, seq.request)
+    assert batcher.stats.prefill_tokens == sum(len(r.prompt) for r in requests) - 60
+
+
+def test_a_long_prompt_is_read_in_chunks_between_steps(monkeypatch):
+    """Chunked prefill: a prompt longer than PREFILL_CHUNK is read over several rounds while a running request
+    keeps decoding, and both compute what they compute alone."""
+    import tformer.generate.continuous as continuous
+
+    monkeypatch.setattr(continuous, "PREFILL_CHUNK", 8)
+    model = _model()
+    batcher = ContinuousBatcher(model, max_batch=2)
+    rec = Recorder()
+    running = batcher.submit(Request([1, 2, 3], 20, stop_tokens=()), rec)
+    batcher.start()
+    while not running.tokens:
+        time.sleep(0.005)
+    long = batcher.submit(Request([(3 * i + 1) % 37 for i in range(27)], 5, stop_tokens=()), rec)
+    assert batcher.shutdown(drain=True, timeout=60)
+    assert running.tokens == _alone(model, running.request) and long.tokens == _alone(model, long.request)
+    ids = [e[0] for e in rec.events if e[1] is not None]
+    first_long = ids.index(long.id)
+    # the running request went on producing tokens while the long prompt was read (4 chunks of <= 8 tokens)
+    assert ids[:first_long].count(running.id) >= 4
 
 
 def test_seeded_sampling_is_reproducible_under_load():
@@ -195,15 +236,15 @@ def test_queue_full_and_closed():
 def test_a_failing_step_ends_its_sequences_and_the_loop_goes_on(monkeypatch):
     model = _model()
     batcher = ContinuousBatcher(model, max_batch=4)
-    real_step, calls = batcher.runner.step, []
+    real_step, calls = batcher._pool.step, []
 
-    def flaky(cache, tokens):
+    def flaky(tokens, filler):
         calls.append(1)
         if len(calls) == 2:
             raise RuntimeError("simulated out of memory")
-        return real_step(cache, tokens)
+        return real_step(tokens, filler)
 
-    monkeypatch.setattr(batcher.runner, "step", flaky)
+    monkeypatch.setattr(batcher._pool, "step", flaky)
     batcher.start()
     first = batcher.submit(Request([1, 2], 5, stop_tokens=()), Recorder())
     while not first.done:

@@ -46,7 +46,7 @@ def _logits_agree(model, backend="eager", steps=STEPS):
     prefix = 1 if eager.takes_source else max(map(len, PROMPTS))
     a_cache = eager.new_cache(len(PROMPTS), prefix + steps)
     b_cache = compiled.new_cache(len(PROMPTS), prefix + steps)
-    assert b_cache.kv.max_length == cache_length(prefix + steps, model.config.max_positions)
+    assert b_cache.kv.columns == cache_length(prefix + steps, model.config.max_positions)
     with torch.no_grad():
         a, b = _prefill(eager, a_cache), _prefill(compiled, b_cache)
         for step in range(steps):

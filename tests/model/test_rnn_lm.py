@@ -11,7 +11,7 @@ from tformer.generate import GenerationConfig, generate
 from tformer.measure.step import StepRunner
 from tformer.model import RecurrentLM, build, runner_for
 from tformer.model.runners import RecurrentRunner
-from tformer.model.static_step import check_static_step
+from tformer.model.compiled import check_compilable
 
 V = 37
 
@@ -119,7 +119,7 @@ def test_loss_trains_every_parameter_and_compile_is_refused():
     loss.backward()
     assert isinstance(m, RecurrentLM) and all(p.grad is not None for p in m.parameters())
     with pytest.raises(TformerError, match="recurrent model.*drop --compile"):
-        check_static_step(m.config)
+        check_compilable(m.config)
 
 
 def test_profile_step_runner_decodes_from_the_same_state_every_step():

@@ -11,7 +11,7 @@ from tformer.core.errors import TformerError
 from tformer.generate import GenerationConfig, generate
 from tformer.model import RecurrentSeq2Seq, build, runner_for
 from tformer.model.runners import RecurrentSeq2SeqRunner
-from tformer.model.static_step import check_static_step
+from tformer.model.compiled import check_compilable
 
 V = 31
 KINDS = ["bahdanau", "luong-dot", "luong-general", "none"]
@@ -170,5 +170,5 @@ def test_rewind_and_compile_refuse_in_one_line():
     with pytest.raises(TformerError, match="cannot forget tokens"):
         runner.rewind(cache, 1)
     with pytest.raises(TformerError, match="recurrent model") as err:
-        check_static_step(m.config)
+        check_compilable(m.config)
     assert "\n" not in str(err.value)

@@ -2,10 +2,14 @@
 
 Static batching waits for a whole batch to finish before starting the next, so one long answer holds
 every short one's slot. Here the loop runs one step over all active sequences; between two steps it
-prefills what has arrived (as one left-padded batch) and joins those rows to the running batch, and a
-sequence that ends leaves at once, freeing its KV cache rows. The KV cache holds rows of different
-lengths right-aligned, each with its own position ids and a mask over the padding in front of it
-(tformer.model.runners: ``join``, ``compact``), so a row computes what it would alone.
+reads what has arrived and adds it to the running batch, and a sequence that ends leaves at once.
+
+Decoder-only attention models decode over a preallocated KV pool (tformer.generate.slot_pool): a request
+takes a row when admitted and gives it back when done; its prompt is read in chunks of at most
+``PREFILL_CHUNK`` tokens between decode steps (a long prompt does not stall the running requests), after the
+longest start of it that an earlier prompt already computed (prefix caching). Other models (encoder-decoder,
+recurrent states) prefill newcomers as one padded batch and join their growing caches to the running one
+(tformer.model.runners: ``join``, ``compact``); those that cannot join are admitted only when the batch has emptied.
 
     batcher = ContinuousBatcher(model, max_batch=32)
     batcher.start()
@@ -15,8 +19,6 @@ lengths right-aligned, each with its own position ids and a mask over the paddin
 
 ``on_event`` is called on the batcher's thread: once per generated token (``finish`` None), then once
 with ``token`` None and ``finish`` in FINISH_REASONS. A stop token ends the sequence and is not reported.
-Models whose caches cannot join (encoder-decoder, rolling windows, recurrent attention states) are
-served by the same loop, but a new group is admitted only when the running batch has emptied.
 ``max_batch=1`` is one-request-at-a-time serving: the baseline that continuous batching is measured
 against (bench/serve_load.py).
 """
@@ -34,11 +36,13 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
 from tformer.generate.search import filler_id, pad_batch
+from tformer.generate.slot_pool import PrefixStore, SlotPool, pool_serves
 from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
 from tformer.model.base import TransformerModel
 from tformer.model.runners import runner_for
 
 FINISH_REASONS = ("stop", "length", "timeout", "cancelled", "error")
+PREFILL_CHUNK = 128  # prompt tokens read between two decode steps (chunked prefill)
 
 
 @dataclass
@@ -72,6 +76,8 @@ class Sequence:
     _budget: int = 0
     _stop: frozenset = frozenset()
     _generator: torch.Generator | None = None
+    _slot: int = -1  # its row of the KV pool
+    _read: int = 0  # prompt tokens read into it so far
 
     def cancel(self) -> None:
         """End it at the next step boundary (a client that went away); its rows are freed then."""
@@ -94,6 +100,7 @@ class StepStats:
     steps: dict[int, list] = field(default_factory=dict)  # rows -> [steps, seconds, mean context]
     prefill_tokens: int = 0
     prefill_seconds: float = 0.0
+    prefix_tokens: int = 0  # prompt tokens copied from an earlier prompt's keys (prefix caching), not computed
     tokens: int = 0  # generated tokens reported to clients
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
 
@@ -105,7 +112,10 @@ class StepStats:
 
 
 class ContinuousBatcher(WorkQueue):
-    def __init__(self, model: TransformerModel, *, max_batch: int = 32, max_queue: int = 256):
+    def __init__(self, model: TransformerModel, *, max_batch: int = 32, max_queue: int = 256,
+                 slot_positions: int | None = None, step_fn=None):
+        """slot_positions: columns of each row of the KV pool (prompt + new tokens; default the context window,
+        at most 1024); step_fn: the pool's decode step (default the model's eager forward)."""
         runner = runner_for(model)
         if not runner.generates:
             raise TformerError(f"this checkpoint is {runner.label}; it cannot generate. Serve a decoder or "
@@ -124,6 +134,16 @@ class ContinuousBatcher(WorkQueue):
         self._next: torch.Tensor | None = None  # (N,) the token each active row reads at the next step
         c = self.config
         self._pad = filler_id(c.vocab_size, c.pad_token_id, c.eos_token_id)
+        self._pool = None
+        if pool_serves(c):
+            columns = slot_positions or min(c.max_positions, 1024)
+            if isinstance(columns, bool) or not isinstance(columns, int) or not 1 < columns <= c.max_positions:
+                raise TformerError(f"slot_positions must be a whole number in [2, {c.max_positions}] (the context "
+                                   f"window), got {slot_positions!r}")
+            self._pool = SlotPool(model, max_batch, columns, PrefixStore(), step_fn)
+            self._prefilling: list[Sequence] = []
+            self._decoding: dict[int, Sequence] = {}  # slot -> the sequence decoding in it
+            self._tokens: dict[int, int] = {}  # slot -> the token it reads at the next step
 
     # Public -------------------------------------------------------------------------------------
     @property
@@ -147,7 +167,8 @@ class ContinuousBatcher(WorkQueue):
     def _budget(self, request: Request) -> int:
         """New tokens it may have: its max_new_tokens, within the context window."""
         used = 1 if self.runner.takes_source else len(request.prompt)  # the decoder's start token, or the prompt
-        room = self.config.max_positions - used
+        window = self._pool.columns if self._pool is not None else self.config.max_positions
+        room = window - used
         vocab = self.config.vocab_size
         bad = next((t for t in request.prompt if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab),
                    None)
@@ -155,7 +176,7 @@ class ContinuousBatcher(WorkQueue):
             raise TformerError(f"token id {bad!r} is outside the vocabulary [0, {vocab})")
         if room < 1 or not request.prompt:
             raise TformerError(f"a prompt of {len(request.prompt)} tokens leaves no room in the context window of "
-                               f"{self.config.max_positions}; shorten it")
+                               f"{window}; shorten it")
         return min(request.max_new_tokens, room)
 
     def _loop(self) -> None:
@@ -174,10 +195,13 @@ class ContinuousBatcher(WorkQueue):
                 admit = self._take_admissible()
             try:
                 with torch.no_grad():
-                    if admit:
-                        self._admit(admit)
-                    if self._active:
-                        self._step()
+                    if self._pool is not None:
+                        self._pool_round(admit)
+                    else:
+                        if admit:
+                            self._admit(admit)
+                        if self._active:
+                            self._step()
             except Exception as exc:  # noqa: BLE001 -- one bad batch must not stop the server: end its sequences, go on
                 detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 for seq in admit + self._active:
@@ -198,6 +222,65 @@ class ContinuousBatcher(WorkQueue):
 
     def _reset(self) -> None:
         self._active, self._cache, self._next = [], None, None
+        if self._pool is not None:
+            for slot in list(self._decoding) + [s._slot for s in self._prefilling]:
+                self._pool.give(slot)
+            self._prefilling, self._decoding, self._tokens = [], {}, {}
+
+    # The KV pool's path --------------------------------------------------------------------------
+    def _pool_round(self, admit: list[Sequence]) -> None:
+        """Newcomers take a row; up to PREFILL_CHUNK prompt tokens are read; then one step for every decoding row."""
+        pool = self._pool
+        for seq in admit:
+            seq._slot = pool.take()
+            seq._read = pool.reuse_prefix(seq._slot, seq.request.prompt)
+            self.stats.prefix_tokens += seq._read
+            self._active.append(seq)
+            self._prefilling.append(seq)
+        budget = PREFILL_CHUNK
+        while self._prefilling and budget > 0:
+            seq = self._prefilling[0]
+            prompt = seq.request.prompt
+            chunk = prompt[seq._read:seq._read + budget]
+            t0 = time.perf_counter()
+            logits = pool.prefill(seq._slot, chunk)
+            self.stats.prefill_seconds += time.perf_counter() - t0
+            self.stats.prefill_tokens += len(chunk)
+            seq._read += len(chunk)
+            budget -= len(chunk)
+            if seq._read < len(prompt):
+                break  # the rest of it after the next decode step
+            self._prefilling.pop(0)
+            pool.remember(seq._slot, prompt)
+            tokens, keep = self._advance([seq], logits[None])
+            if keep:
+                self._decoding[seq._slot] = seq
+                self._tokens[seq._slot] = int(tokens[0])
+            else:
+                self._leave(seq)
+        if self._decoding:
+            self._pool_step()
+
+    def _pool_step(self) -> None:
+        slots = list(self._decoding)
+        t0 = time.perf_counter()
+        logits = self._pool.step(self._tokens, self._pad)
+        rows = torch.tensor(slots, device=logits.device)
+        seqs = [self._decoding[s] for s in slots]
+        self.stats.add_step(len(slots), time.perf_counter() - t0, max(self._pool.used[s] for s in slots))
+        tokens, keep = self._advance(seqs, logits.index_select(0, rows))
+        kept = set(keep)
+        for i, seq in enumerate(seqs):
+            if i in kept:
+                self._tokens[seq._slot] = int(tokens[i])
+            else:
+                del self._decoding[seq._slot], self._tokens[seq._slot]
+                self._leave(seq)
+
+    def _leave(self, seq: Sequence) -> None:
+        """A finished sequence gives its row back."""
+        self._pool.give(seq._slot)
+        self._active.remove(seq)
 
     def _admit(self, seqs: list[Sequence]) -> None:
         """Prefill the newcomers as one padded batch, take their first tokens, join the survivors."""

@@ -9,7 +9,7 @@ from tformer.core.errors import TformerError
 from tformer.model.attention import MultiHeadAttention
 from tformer.model.feedforward import FeedForward
 from tformer.model.linear import Linear
-from tformer.model.masks import build_mask
+from tformer.model.masks import AttentionMask, build_mask
 from tformer.model.norm import make_norm
 from tformer.model.vision import PatchEmbed
 from tformer.model.position import (
@@ -135,6 +135,9 @@ class Stack(nn.Module):
         Returns (hidden (B, T, d_model), self-attention weights per layer, cross-attention weights per layer).
         """
         B, T, _ = h.shape
+        if getattr(cache, "preallocated", False):
+            return self._forward_preallocated(h, position_ids, memory, memory_mask, cache, need_weights,
+                                              prefix_length, added_positions)
         past = cache.length if cache is not None else 0
         total = past + T
         if self.positions is not None and added_positions is None and total > self.max_positions:
@@ -163,10 +166,34 @@ class Stack(nn.Module):
                                     dtype=h.dtype, device=h.device)
         rope = rope_cos_sin(position_ids, *self.rope[:2], h.dtype, self.rope[2]) if self.rope else None
 
+        return self._layers(h, [self_mask] * len(self.order), rope, memory, cross_mask, cache, need_weights)
+
+    def _forward_preallocated(self, h, position_ids, memory, memory_mask, cache, need_weights, prefix_length,
+                              added_positions):
+        """The same stack over a preallocated cache (tformer.model.slot_cache): positions and masks come from
+        the cache's tensors, never from Python numbers, so the shapes are those of the buffers whatever was
+        read, and a compiled forward is traced once. attention_mask is not read: padding is the cache's ``keep``."""
+        if prefix_length is not None:
+            raise TformerError("a prefix LM's bidirectional prefix is not kept in a preallocated cache; "
+                               "decode it with the growing cache")
+        T = h.shape[1]
+        if position_ids is None:
+            position_ids = cache.position_ids(T)
+        h = self.enter(h, position_ids, added_positions)
+        masks = cache.self_masks(T, h.dtype, self.score_bias)  # per depth: (N, 1|H, T, L)
+        cross_mask = None
+        if memory is not None:
+            cross_mask = (build_mask(T, memory.shape[1], causal=False, dtype=h.dtype, device=h.device)
+                          if memory_mask is None else AttentionMask.padding_only(T, memory_mask.bool(), h.dtype))
+        rope = rope_cos_sin(position_ids, *self.rope[:2], h.dtype, self.rope[2]) if self.rope else None
+        return self._layers(h, masks, rope, memory, cross_mask, cache, need_weights)
+
+    def _layers(self, h, self_masks, rope, memory, cross_mask, cache, need_weights):
+        """The blocks by depth (a shared layer runs at every depth it holds), then the final norm."""
         self_weights, cross_weights = [], []
-        for i in self.order:
-            h, sw, cw = self.layers[i](h, self_mask, rope=rope, memory=memory, cross_mask=cross_mask,
-                              cache=cache, need_weights=need_weights)
+        for i, mask in zip(self.order, self_masks):
+            h, sw, cw = self.layers[i](h, mask, rope=rope, memory=memory, cross_mask=cross_mask,
+                                       cache=cache, need_weights=need_weights)
             self_weights.append(sw)
             cross_weights.append(cw)
         if self.final_norm is not None:

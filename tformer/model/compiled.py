@@ -1,9 +1,9 @@
-"""Compiled decoding: the same runner API as eager, with each decode step a ``torch.compile``d graph over
-a preallocated KV cache (tformer.model.static_step).
+"""Compiled decoding: the model's own forward, over a preallocated KV cache (tformer.model.slot_cache), traced
+once by ``torch.compile`` and replayed for every token.
 
     runner = compiled_runner(model)                    # or generate(model, ids, compile=True)
     cache = runner.new_cache(rows, max_len)            # buffers of a rounded-up length, reused
-    logits = runner.prefill(cache, ids, mask)          # eager, into the buffers
+    logits = runner.prefill(cache, ids, mask)          # the same forward, eager, into the buffers
     logits = runner.step(cache, tokens)                # the compiled graph (the first of a shape compiles it:
                                                        # cache.compile_seconds, kept apart from decode time)
 
@@ -12,10 +12,11 @@ Python. Reading the weights is the floor (bytes / bandwidth); the dispatch aroun
 time on top of it. The compiled graph fuses the elementwise work (norms, residuals, GELU, RoPE,
 masking) into a few loops and runs the whole step without Python.
 
-What stays fixed: one graph per (rows, cache length, source length, dtype, device). Cache lengths are
-rounded up to a power of two (at least 64, at most the context window) and the buffers for a shape
-are kept between generations, so a second generation of a similar size neither recompiles nor
-allocates. The prefill runs eagerly (its length differs for every prompt). On CUDA the graph is
+There is one forward: the graph is the model's ``forward`` (a decoder's) or ``decode`` (an encoder-decoder's)
+called with a SlotCache, whose positions and masks are tensors, so nothing in it depends on how many tokens
+were read. One graph per (rows, cache length, source length, dtype, device). Cache lengths are rounded up to
+a power of two (at least 64, at most the context window) and the buffers for a shape are kept between
+generations, so a second generation of a similar size neither recompiles nor allocates. On CUDA the graph is
 replayed as a CUDA graph ("reduce-overhead"), which needs the buffers at fixed addresses: they are.
 
 The compiled step freezes nothing: it reads the model's parameters at every call, so a model trained
@@ -26,16 +27,16 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import torch
 
+from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.model.base import TransformerModel
-from tformer.model.cache import KVCache
 from tformer.model.quantized import prepare_quantized
+from tformer.model.runner_base import positions_from_mask
 from tformer.model.runners import DecoderRunner, EncoderDecoderRunner, runner_for
-from tformer.model.static_step import check_static_step, static_step
+from tformer.model.slot_cache import SlotCache, layer_windows
 
 MIN_LENGTH = 64  # the shortest cache a graph is compiled for: short generations share one graph
 KEPT_SHAPES = 4  # buffer sets kept per model (beam search holds two at once: batch rows, then batch x beams)
@@ -53,14 +54,29 @@ def cache_length(needed: int, max_positions: int) -> int:
     return max(needed, min(length, max_positions))
 
 
-@dataclass
-class StepState:
-    """The fixed-shape inputs of the compiled step besides the KV buffers."""
+def check_compilable(config) -> None:
+    """Raise one line naming why ``config`` cannot decode through the compiled step, if it cannot."""
+    if not config.traits.decoder:
+        raise TformerError(f"--compile speeds up decoding, and this {config.traits.label} model does not generate; "
+                           "drop --compile")
+    if config.traits.recurrent:
+        raise TformerError("the compiled decode step walks attention blocks over a KV cache, and this recurrent model "
+                           "has none (its step is one cell update); drop --compile")
+    kind = config.attn_impl
+    if ATTN_KINDS[kind].family != "exact" and kind != "sliding":
+        raise TformerError(f"the compiled decode step runs exact or sliding-window attention; this model runs '{kind}'. "
+                           "Drop --compile, or build it with attn_impl='sdpa'")
+    if config.rope_scaling == "dynamic":
+        raise TformerError("dynamic NTK RoPE scaling changes its base with every length, which a compiled step "
+                           "cannot hold fixed; drop --compile, or use rope_scaling 'linear', 'ntk' or 'yarn'")
 
-    keep: torch.Tensor  # (N, L) bool: False at padding columns
-    slot: torch.Tensor  # () long: the column the next step writes
-    positions: torch.Tensor  # (N,) long: the next token's position id in each row
-    cross_bias: torch.Tensor | None = None  # (N, 1, 1, S) additive: -inf at padded source tokens
+
+def next_logits(model, ids, kv, memory=None, memory_mask=None):
+    """The model's own forward on ``ids`` (N, T) over the cache ``kv`` -> the next-token logits (N, V):
+    what the compiled graph is, and what the eager prefill runs."""
+    if memory is None:
+        return model(ids, past_key_values=kv, logits_to_keep=1).logits[:, -1]
+    return model.decode(ids, memory, memory_mask, cache=kv, logits_to_keep=1)[0][:, -1]
 
 
 class StaticDecoder:
@@ -69,9 +85,9 @@ class StaticDecoder:
     def __init__(self, model: TransformerModel, mode: str | None = None, backend: str = "inductor"):
         """mode: torch.compile's (default: CUDA graphs on CUDA, "default" elsewhere); backend: "inductor" (generated
         kernels), or "eager" / "aot_eager" (traced but run by ATen: checks the step without compiling code)."""
-        check_static_step(model.config)
+        check_compilable(model.config)
         self.model = model
-        self.stack = model.decoder
+        self.n_layers = len(model.decoder.order)  # depth (a shared layer counts at each depth)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         if mode is None:
@@ -82,10 +98,12 @@ class StaticDecoder:
         dynamo = torch._dynamo.config
         dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
         dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
-        stack = self.stack
+        windows = layer_windows(model.config, self.n_layers)
 
-        def step(tokens, slot, positions, keep, self_kv, cross_kv, cross_bias):
-            return static_step(model, stack, tokens, slot, positions, keep, self_kv, cross_kv, cross_bias)
+        def step(tokens, buffers, lengths, positions, keep, cross, memory, memory_mask):
+            # The cache is rebuilt from its tensors inside the graph: dynamo then guards on their shapes only.
+            kv = SlotCache(buffers, windows, lengths, positions, keep, cross)
+            return next_logits(model, tokens[:, None], kv, memory, memory_mask)
 
         options = {"fullgraph": True, "dynamic": False, "backend": backend}
         self._step = torch.compile(step, **options, **({"mode": mode} if backend == "inductor" else {}))
@@ -103,7 +121,7 @@ class StaticDecoder:
             c = self.model.config
             shape = (rows, c.n_kv_heads, length, c.head_dim)
             found = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                      torch.zeros(shape, dtype=self.dtype, device=self.device)) for _ in self.stack.order]
+                      torch.zeros(shape, dtype=self.dtype, device=self.device)) for _ in range(self.n_layers)]
             if self.device.type == "cuda":  # CUDA graphs replay reads and writes at these addresses
                 for k, v in found:
                     torch._dynamo.mark_static_address(k)
@@ -117,30 +135,27 @@ class StaticDecoder:
         self._buffers[key] = found
         return found
 
-    def step(self, cache, tokens: torch.Tensor) -> torch.Tensor:
-        """Run the compiled step on ``cache`` (read ``tokens`` (N,) at its slot) -> logits (N, V)."""
-        s, kv = cache.static, cache.kv
-        cross = None
-        if self.model.config.traits.seq2seq:
-            cross = [kv.get_cross(i) for i in range(kv.n_layers)]
+    def step(self, kv: SlotCache, tokens: torch.Tensor, memory=None, memory_mask=None) -> torch.Tensor:
+        """Run the compiled step: read ``tokens`` (N,) at each row's next column -> logits (N, V)."""
+        cross = kv.cross_entries() if memory is not None else None
         with torch.no_grad():  # one graph whatever the caller's grad mode (dynamo guards on it)
-            logits = self._step(tokens, s.slot, s.positions, s.keep, kv.self_entries(), cross, s.cross_bias)
+            logits = self._step(tokens, kv.buffers, kv.lengths, kv.positions, kv.keep, cross, memory, memory_mask)
         # A CUDA graph's output lives in memory the next replay overwrites: keep a copy.
         return logits.clone() if self.mode == "reduce-overhead" else logits
 
-    def warm(self, cache) -> float:
-        """Compile for ``cache``'s shapes if not done yet (one step whose write the next step overwrites,
-        so the cache is unchanged); return the seconds it took, 0 when the graph already existed."""
-        kv = cache.kv
-        source = cache.static.cross_bias.shape[-1] if cache.static.cross_bias is not None else 0
-        key = (cache.rows, kv.max_length, source, self.dtype, self.device)
+    def warm(self, kv: SlotCache, memory=None, memory_mask=None) -> float:
+        """Compile for ``kv``'s shapes if not done yet (one step whose write is then forgotten, so the cache is
+        unchanged); return the seconds it took, 0 when the graph already existed."""
+        source = memory.shape[1] if memory is not None else 0
+        key = (kv.rows, kv.columns, source, memory_mask is not None, self.dtype, self.device)
         if key in self._compiled:
             return 0.0
-        tokens = torch.zeros(cache.rows, dtype=torch.long, device=self.device)
+        tokens = torch.zeros(kv.rows, dtype=torch.long, device=self.device)
         t = time.perf_counter()
-        prepare_quantized(self.model, cache.rows, self.dtype)  # the kernels' choices and packing, before tracing
+        prepare_quantized(self.model, kv.rows, self.dtype)  # the kernels' choices and packing, before tracing
         for _ in range(2 if self.mode == "reduce-overhead" else 1):  # CUDA graphs record on the second call
-            self.step(cache, tokens)
+            self.step(kv, tokens, memory, memory_mask)
+            kv.rewind(1)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._compiled.add(key)
@@ -148,7 +163,7 @@ class StaticDecoder:
 
 
 class _Compiled:
-    """Mixed into a runner: the same API, with the static cache and the compiled step."""
+    """Mixed into a runner: the same API, with a SlotCache and the compiled step."""
 
     decoder: StaticDecoder
 
@@ -158,79 +173,78 @@ class _Compiled:
                                "or drop --compile")
         length = cache_length(max_len, self.config.max_positions)
         cache = super().new_cache(rows, None, kv=False)
-        n_layers = len(self.decoder.stack.order)  # depth (a shared layer counts at each depth)
 
         def pool(r):  # beam search's reorder moves rows into these (every element overwritten: no zeroing)
             return self.decoder.buffers(r, length, zero=False)
-        cache.kv = KVCache(n_layers, length, buffers=self.decoder.buffers(rows, length), pool=pool)
+        d = self.decoder
+        cache.kv = SlotCache.allocate(self.config, d.n_layers, rows, length, d.dtype, d.device,
+                                      buffers=d.buffers(rows, length), pool=pool)
         return cache
 
-    def _start(self, cache, mask, source_mask=None):
-        """After the eager prefill: the step's fixed-shape inputs."""
-        kv, device = cache.kv, self.device
-        read = kv.length
-        keep = torch.ones(cache.rows, kv.max_length, dtype=torch.bool, device=device)
-        positions = torch.full((cache.rows,), read, dtype=torch.long, device=device)
+    def _prefill_into(self, cache, ids, mask, memory=None, memory_mask=None, all_logits=False):
+        """The prompt (N, t), left-padded under ``mask``, through the same forward, eagerly, into the buffers."""
+        kv = cache.kv
+        t = ids.shape[1]
+        if t > kv.columns:
+            raise ValueError(f"static KV cache holds {kv.columns} positions; the prompt needs {t}")
+        positions = None
         if mask is not None:
-            keep[:, :read] = mask.bool()
-            positions = mask.sum(dim=1)  # real tokens read = the next token's position id
-        cross_bias = None
-        if source_mask is not None:
-            zero = torch.zeros((), dtype=self.decoder.dtype, device=device)
-            cross_bias = torch.where(source_mask.bool(), zero, float("-inf"))[:, None, None, :]
-        elif self.config.traits.seq2seq:
-            memory = kv.get_cross(0)[0]
-            cross_bias = torch.zeros(cache.rows, 1, 1, memory.shape[2], dtype=self.decoder.dtype, device=device)
-        slot = torch.tensor(read, dtype=torch.long, device=device)
-        cache.static = StepState(keep, slot, positions, cross_bias)
+            kv.keep[:, :t] = mask.bool()
+            positions = positions_from_mask(mask)
+        if memory is None:
+            out = self.model(ids, past_key_values=kv, position_ids=positions, logits_to_keep=0 if all_logits else 1)
+            out = out.logits
+        else:
+            out = self.model.decode(ids, memory, memory_mask, cache=kv, logits_to_keep=0 if all_logits else 1)[0]
+        if mask is not None:
+            kv.positions.copy_(mask.long().sum(-1))  # the next token's position counts real tokens only
+        cache.read = t
+        return out if all_logits else out[:, -1]
 
     def step(self, cache, tokens):
-        if cache.static is None:
+        if cache.read == 0:
             raise TformerError("the compiled step needs a prefilled cache: call prefill first")
-        if cache.kv.length >= cache.kv.max_length:
-            raise ValueError(f"static KV cache holds {cache.kv.max_length} positions; step needs {cache.kv.length + 1}")
-        cache.compile_seconds += self.decoder.warm(cache)  # the first step of a shape compiles (timed apart)
-        logits = self.decoder.step(cache, tokens)
-        s = cache.static
-        s.slot.add_(1)
-        s.positions.add_(1)
-        cache.kv.length += 1
+        if cache.read >= cache.kv.columns:
+            raise ValueError(f"static KV cache holds {cache.kv.columns} positions; step needs {cache.read + 1}")
+        memory, memory_mask = self._source(cache)
+        cache.compile_seconds += self.decoder.warm(cache.kv, memory, memory_mask)  # timed apart
+        logits = self.decoder.step(cache.kv, tokens, memory, memory_mask)
+        cache.read += 1
         return logits
 
-    def reorder(self, cache, index):
-        super().reorder(cache, index)
-        s = cache.static
-        if s is not None:
-            s.keep, s.positions = s.keep[index], s.positions[index]
-            if s.cross_bias is not None:
-                s.cross_bias = s.cross_bias[index]
+    def _source(self, cache):
+        return None, None
 
     def rewind(self, cache, n):
         if n <= 0:
             return
         cache.kv.rewind(n)
-        if cache.static is not None:
-            cache.static.slot.sub_(n)
-            cache.static.positions.sub_(n)
+        cache.read -= n
 
 
 class CompiledDecoderRunner(_Compiled, DecoderRunner):
     def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
-        logits = super().prefill(cache, ids, mask, source=source, source_mask=source_mask, all_logits=all_logits)
-        if logits is not None:
-            self._start(cache, cache.mask)
-        return logits
+        self._check_prompt(cache, ids, source, "a decoder-only model")
+        if ids.shape[1] == 0:
+            return None
+        padded = mask is not None and not bool(mask.all())
+        return self._prefill_into(cache, ids, mask if padded else None, all_logits=all_logits)
 
 
 class CompiledEncoderDecoderRunner(_Compiled, EncoderDecoderRunner):
     def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
-        logits = super().prefill(cache, ids, mask, source=source, source_mask=source_mask, all_logits=all_logits)
-        if logits is not None:
-            self._start(cache, None, cache.source_mask)
-        return logits
+        self._check_start(cache, ids, mask, source)
+        cache.source_mask = None if source_mask is None or bool(source_mask.all()) else source_mask
+        cache.memory, _ = self.model.encode(source, cache.source_mask)
+        if ids.shape[1] == 0:
+            return None
+        return self._prefill_into(cache, ids, None, cache.memory, cache.source_mask, all_logits)
+
+    def _source(self, cache):
+        return cache.memory, cache.source_mask
 
     def rewind(self, cache, n):
-        if n > 0 and cache.kv.length - n <= 0:
+        if n > 0 and cache.read - n <= 0:
             raise TformerError("a compiled encoder-decoder cache cannot rewind past the decoder's first token")
         super().rewind(cache, n)
 
@@ -256,5 +270,5 @@ def compiled_runner(model: TransformerModel, mode: str | None = None, backend: s
     return runner
 
 
-__all__ = ["BACKENDS", "CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "StaticDecoder", "StepState", "cache_length",
-           "compiled_runner"]
+__all__ = ["BACKENDS", "CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "StaticDecoder", "cache_length",
+           "check_compilable", "compiled_runner", "next_logits"]

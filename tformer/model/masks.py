@@ -57,6 +57,15 @@ class AttentionMask:
         self.q_start = k_start + tk - tq if q_start is None else q_start
         self.dtype, self.device = dtype, device
 
+    @classmethod
+    def padding_only(cls, tq: int, keep: torch.Tensor, dtype: torch.dtype) -> AttentionMask:
+        """Bidirectional over ``keep`` (B, Tk) bool, with its bias built now from tensors alone: no value is read
+        back to decide anything, so a compiled graph holds it whole (every row must keep a key: a source)."""
+        mask = cls(tq, keep.shape[1], causal=False, keep=keep, dtype=dtype, device=keep.device)
+        zero = torch.zeros((), dtype=dtype, device=keep.device)
+        mask.__dict__["_dense_cache"] = (torch.where(keep, zero, float("-inf"))[:, None, None, :], None)
+        return mask
+
     @property
     def trivially_causal(self) -> bool:
         """Plain causal over a square block whose queries are its keys: SDPA's is_causal applies."""

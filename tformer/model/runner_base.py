@@ -49,7 +49,7 @@ class Cache:
     rows: int  # N: sequences (beams count)
     kv: KVCache | None  # None: no KV cache, each step reruns every token read so far
     ids: torch.Tensor | None = None  # (N, t) tokens read so far; kept only without a KV cache
-    static: object | None = None  # a compiled runner's fixed-shape step inputs (tformer.model.compiled)
+    read: int = 0  # columns written, as a compiled runner counts them (it never reads its cache's lengths back)
     compile_seconds: float = 0.0  # time spent compiling the step for this cache's shapes (0: eager, or reused)
 
     @property

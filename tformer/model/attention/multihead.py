@@ -14,6 +14,7 @@ from torch import nn
 
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
+from tformer.model.attention.cached import attend_cached
 from tformer.model.attention.reference import reference
 from tformer.model.attention.registry import make_attention
 from tformer.model.linear import Linear
@@ -56,7 +57,8 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, head_dim)
 
     def forward(self, x, mask: AttentionMask, memory=None, rope=None, cache=None, need_weights: bool = False):
-        """x: (B, T, d_model) -> ((B, T, d_model), weights (B, H, T, Tk) or None)."""
+        """x: (B, T, d_model) -> ((B, T, d_model), weights (B, H, T, Tk) or None). mask: an AttentionMask, or
+        with a preallocated cache (tformer.model.slot_cache) the additive bias (B, 1|H, T, L) it built."""
         if need_weights and not self.exact:
             # The weights come from the reference kind, which would also compute the output: dense attention
             # where this layer runs another formula. Refuse rather than return another model's output.
@@ -83,6 +85,9 @@ class MultiHeadAttention(nn.Module):
                     cache.set_cross(self.layer_idx, k, v)
                 else:
                     k, v = cache.update(self.layer_idx, k, v)
+                    if getattr(cache, "preallocated", False):  # whole buffers, read under the cache's bias
+                        out, weights = attend_cached(q, k, v, mask, self.scale, need_weights)
+                        return self._merge(out), weights
 
         dropout_p = self.dropout_p if self.training else 0.0
         attend = reference if need_weights else self.attend  # only the reference kind keeps the weights

@@ -1,0 +1,178 @@
+"""Serving's KV pool: one preallocated cache (tformer.model.slot_cache) of S rows x L columns for the whole
+server. A sequence takes a row (a slot) when it is admitted and gives it back when it ends, so sequences join
+and leave a running batch without copying anyone's keys, and every row keeps column = position (no padding).
+
+    pool = SlotPool(model, slots=32, columns=1024)
+    slot = pool.take()
+    read = pool.reuse_prefix(slot, prompt)               # columns copied from a stored prompt that starts alike
+    logits = pool.prefill(slot, prompt[read:read + 64])  # a chunk of the prompt, eagerly, into the slot's row
+    logits = pool.prefill(slot, prompt[read + 64:])      # ... and the rest (chunked prefill): (V,)
+    pool.remember(slot, prompt)                          # its keys and values, for prompts that start alike
+    logits = pool.step({slot: token, ...}, filler)       # one token for each decoding slot: {slot: (V,)}
+    pool.give(slot)
+
+A decode step runs the model's own forward over rows 0..R-1 and columns 0..C-1 of the pool, R and C rounded up
+to a power of two (so the shapes repeat and a compiled forward is traced for few of them). Rows in that range
+that are free or still reading their prompt are carried along with a filler token: their writes land in a
+column the row has not used yet, and their lengths are put back after the step.
+
+Prefix caching: the keys and values of recent prompts are kept by their tokens (``PrefixStore``); a prompt that
+starts like one of them copies those columns into its row instead of computing them. Chat requests share
+the system prompt and the template's first tokens, so those are computed once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+import torch
+
+from tformer.model.compiled import check_compilable, next_logits
+from tformer.model.slot_cache import SlotCache
+
+MIN_COLUMNS = 64
+
+
+def bucket(n: int, most: int, least: int = 1) -> int:
+    """The smallest power of two >= max(n, least), at most ``most``."""
+    size = least
+    while size < n:
+        size *= 2
+    return min(size, most)
+
+
+def pool_serves(config) -> bool:
+    """Whether a model decodes over the pool: decoder-only, exact or sliding-window attention (as compiled
+    decoding). Others (encoder-decoder, recurrent states) are served by joining growing caches."""
+    if config.traits.seq2seq:
+        return False
+    try:
+        check_compilable(config)
+    except Exception:  # noqa: BLE001 -- the refusal's text is for --compile; here it only means "not this path"
+        return False
+    return True
+
+
+class PrefixStore:
+    """Keys and values of the last ``capacity`` prompts, by their tokens (copies, on the pool's device)."""
+
+    def __init__(self, capacity: int = 16, min_tokens: int = 8):
+        self.capacity, self.min_tokens = capacity, min_tokens
+        self._entries: OrderedDict[tuple[int, ...], list] = OrderedDict()
+        self.hits = self.tokens_saved = 0
+
+    def longest(self, prompt: list[int]) -> tuple[list | None, int]:
+        """(per layer (k, v) of (H_kv, n, D), n): the longest stored start of ``prompt`` of at least
+        ``min_tokens`` tokens, leaving at least its last token to compute (its logits pick the first token)."""
+        best, best_n = None, 0
+        for tokens, kv in self._entries.items():
+            n = 0
+            limit = min(len(tokens), len(prompt) - 1)
+            while n < limit and tokens[n] == prompt[n]:
+                n += 1
+            if n > best_n:
+                best, best_n = (tokens, kv), n
+        if best is None or best_n < self.min_tokens:
+            return None, 0
+        self._entries.move_to_end(best[0])
+        self.hits += 1
+        self.tokens_saved += best_n
+        return best[1], best_n
+
+    def add(self, prompt: list[int], kv: list) -> None:
+        key = tuple(prompt)
+        self._entries[key] = kv
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+
+class SlotPool:
+    def __init__(self, model, slots: int, columns: int, prefix_store: PrefixStore | None = None, step_fn=None):
+        """step_fn(model, ids, kv) -> logits (R, V): the decode step (default: the model's eager forward; a
+        compiled one is passed by the server's --compile)."""
+        self.model, self.config = model, model.config
+        param = next(model.parameters())
+        self.slots, self.columns = slots, columns
+        self.kv = SlotCache.allocate(self.config, len(model.decoder.order), slots, columns, param.dtype, param.device)
+        self.used = [0] * slots  # columns each slot has written, counted on the host
+        self._free = list(range(slots))  # a heap: the lowest free slot first keeps the live rows low
+        self.prefixes = prefix_store
+        self._step_fn = step_fn or next_logits  # the same forward as the prefill's, compiled or not
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def take(self) -> int:
+        slot = heapq.heappop(self._free)
+        self._reset(slot)
+        return slot
+
+    def give(self, slot: int) -> None:
+        self._reset(slot)
+        heapq.heappush(self._free, slot)
+
+    def _reset(self, slot: int) -> None:
+        self.used[slot] = 0
+        self.kv.lengths[slot] = 0
+        self.kv.positions[slot] = 0
+
+    def _view(self, rows: slice, columns: int) -> SlotCache:
+        """Rows ``rows`` and the first ``columns`` columns of the pool, as a cache whose writes land in the pool."""
+        kv = self.kv
+        buffers = [(k[rows, :, :columns], v[rows, :, :columns]) for k, v in kv.buffers]
+        return SlotCache(buffers, kv.windows, kv.lengths[rows], kv.positions[rows], kv.keep[rows, :columns])
+
+    def reuse_prefix(self, slot: int, prompt: list[int]) -> int:
+        """Copy the longest stored start of ``prompt`` into the empty ``slot``; return how many tokens it holds."""
+        if self.prefixes is None or self.used[slot]:
+            return 0
+        kv, n = self.prefixes.longest(prompt)
+        if n:
+            for (k, v), (pk, pv) in zip(self.kv.buffers, kv):
+                k[slot, :, :n] = pk[:, :n]
+                v[slot, :, :n] = pv[:, :n]
+            self.used[slot] = n
+            self.kv.lengths[slot] = n
+            self.kv.positions[slot] = n
+        return n
+
+    def prefill(self, slot: int, tokens: list[int]) -> torch.Tensor:
+        """Read ``tokens`` into ``slot`` after what it holds -> the next-token logits (V,)."""
+        end = self.used[slot] + len(tokens)
+        view = self._view(slice(slot, slot + 1), bucket(end, self.columns, MIN_COLUMNS))
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.kv.lengths.device)
+        logits = next_logits(self.model, ids, view)[0]
+        self.used[slot] = end
+        return logits
+
+    def remember(self, slot: int, prompt: list[int]) -> None:
+        """Keep the keys and values of ``slot``'s prompt (all of it read) for later prompts that start alike."""
+        if self.prefixes is not None and len(prompt) >= self.prefixes.min_tokens:
+            n = len(prompt)
+            self.prefixes.add(prompt, [(k[slot, :, :n].clone(), v[slot, :, :n].clone()) for k, v in self.kv.buffers])
+
+    def step(self, tokens: dict[int, int], filler: int) -> torch.Tensor:
+        """One token for each decoding slot, ``{slot: token}`` -> logits (R, V), row i = slot i (rows of slots
+        not in ``tokens`` are carried along and mean nothing)."""
+        top = max(tokens) + 1
+        rows = bucket(top, self.slots)
+        columns = bucket(max(self.used[:rows]) + 1, self.columns, MIN_COLUMNS)
+        ids = torch.full((rows, 1), filler, dtype=torch.long)
+        for slot, token in tokens.items():
+            ids[slot, 0] = token
+        logits = self._step_fn(self.model, ids.to(self.kv.lengths.device), self._view(slice(0, rows), columns))
+        for slot in tokens:
+            self.used[slot] += 1
+        passengers = [s for s in range(rows) if s not in tokens]
+        if passengers:  # their lengths stepped on too: put them back
+            index = torch.tensor(passengers, device=self.kv.lengths.device)
+            back = torch.tensor([self.used[s] for s in passengers], device=self.kv.lengths.device)
+            self.kv.lengths.index_copy_(0, index, back)
+            self.kv.positions.index_copy_(0, index, back)
+        return logits
+
+
+__all__ = ["PrefixStore", "SlotPool", "bucket", "pool_serves"]
