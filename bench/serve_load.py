@@ -4,6 +4,7 @@ same model in the same run, driven over loopback by bounded concurrent streaming
     python bench/serve_load.py                       # random-weight GPT-like model, 1/8/32/128 clients, ~2-4 minutes
     python bench/serve_load.py --quick               # tiny model, 1 and 4 clients: a smoke test
     python bench/serve_load.py --ckpt runs/x --levels 1,8,32 --max-tokens 64
+    python bench/serve_load.py --gguf smollm2-135m-instruct  # tformer serve beside llama.cpp's llama-server, same file
 
 What is measured: the server is started twice as a subprocess (`python -m tformer serve` on 127.0.0.1 at a
 free port), first with --max-batch N (continuous batching), then with --max-batch 1. At each concurrency
@@ -15,6 +16,13 @@ latency (the gaps between a request's token chunks) at p50/p95/p99. A request fa
 each level (target: >= 4x at 32 clients, zero failures), beside the ledger's predicted decode speed-up at
 that batch size (tformer.cost.batching: a decode step at batch b reads the weights once for b tokens).
 The measured ratio includes what the prediction leaves out (prefill, HTTP and streaming per token).
+
+With --gguf, the peer is llama.cpp's own server on the same file (`llama-server`, built by bench/build_llamacpp.sh,
+--parallel N slots, continuous batching, -c N x --slot-positions, all cores): both get the same chat-shaped
+prompts (the model's template and default system prompt around a varied question, as token ids), greedy,
+the same max tokens with the end token ignored (every request generates exactly max_tokens on both), and the
+ratio is tformer / llama.cpp at each level (the issue's targets: >= 2x tokens/s at 32 clients at no worse p95
+TTFT; >= 1x at 1 client).
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ DEFAULT_MODEL = dict(arch="decoder", n_layers=4, d_model=256, n_heads=4, d_ff=10
 QUICK_MODEL = dict(arch="decoder", n_layers=2, d_model=64, n_heads=2, d_ff=128, vocab_size=128, max_positions=64)
 PROMPT_TOKENS = 16
 HEALTH_TIMEOUT_S = 120.0
+LLAMA_SERVER = Path.home() / ".cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin/llama-server"
 
 
 # The server ---------------------------------------------------------------------------------
@@ -121,6 +130,19 @@ class Server:
             return "(no log)"
 
 
+class LlamaServer(Server):
+    """llama.cpp's `llama-server` on a GGUF file, with ``slots`` parallel slots of ``slot_positions`` each."""
+
+    def __init__(self, binary: Path, gguf: Path, slots: int, slot_positions: int, log_dir: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_dir) / f"llama-server-{slots}.log"
+        self.argv = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
+                     "--parallel", str(slots), "-c", str(slots * slot_positions), "-t", str(os.cpu_count() or 1),
+                     "--no-webui"]
+        self.proc = None
+
+
 # The clients --------------------------------------------------------------------------------
 class Outcome(NamedTuple):  # a NamedTuple, not a dataclass: the bench tests load this file outside sys.modules
     ok: bool
@@ -167,7 +189,37 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict, headers: 
     return Outcome(done, tokens, ttft, tuple(gaps), "" if done else "stream ended without [DONE]")
 
 
-async def drive(url: str, clients: int, requests: int, body_for, time_limit: float, headers: dict) -> dict:
+async def one_llama_request(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Outcome:
+    """llama-server's native /completion stream: one chunk per token, the last with "stop": true."""
+    start = time.perf_counter()
+    last, tokens, ttft, gaps, done = start, 0, None, [], False
+    body = {"prompt": body["prompt"], "n_predict": body["max_tokens"], "temperature": 0, "stream": True,
+            "ignore_eos": True, "cache_prompt": True}
+    try:
+        async with client.stream("POST", f"{url}/completion", json=body, headers=headers) as r:
+            if r.status_code != 200:
+                text = (await r.aread()).decode(errors="replace")
+                return Outcome(False, error=f"HTTP {r.status_code}: {text[:120]}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                chunk = json.loads(line[5:].strip())
+                if chunk.get("stop"):
+                    done = True
+                    break
+                now = time.perf_counter()
+                if ttft is None:
+                    ttft = now - start
+                else:
+                    gaps.append(now - last)
+                last, tokens = now, tokens + 1
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        return Outcome(False, tokens, ttft, tuple(gaps), f"{type(exc).__name__}: {str(exc)[:120]}")
+    return Outcome(done, tokens, ttft, tuple(gaps), "" if done else "stream ended without stop")
+
+
+async def drive(url: str, clients: int, requests: int, body_for, time_limit: float, headers: dict,
+                ask=None) -> dict:
     """``clients`` workers share ``requests`` requests; whatever is unfinished at ``time_limit`` is cancelled."""
     outcomes: list[Outcome] = []
     todo = iter(range(requests))
@@ -175,7 +227,7 @@ async def drive(url: str, clients: int, requests: int, body_for, time_limit: flo
     async with httpx.AsyncClient(timeout=httpx.Timeout(time_limit + 30.0), limits=limits) as client:
         async def worker():
             for i in todo:
-                outcomes.append(await one_request(client, url, body_for(i), headers))
+                outcomes.append(await (ask or one_request)(client, url, body_for(i), headers))
 
         start = time.perf_counter()
         tasks = [asyncio.create_task(worker()) for _ in range(clients)]
@@ -214,6 +266,10 @@ def summarize(outcomes: list[Outcome], wall: float, requests: int, stopped: bool
 # The model and the prediction ---------------------------------------------------------------
 def model_source(args, tmp: str) -> tuple[list[str], ModelConfig]:
     """The server's model arguments and the config the ledger predicts for."""
+    if args.gguf:
+        from tformer.interop.gguf_config import config_from_gguf, resolve_gguf
+
+        return ["--gguf", args.gguf], config_from_gguf(resolve_gguf(args.gguf))
     if args.ckpt:
         return ["--ckpt", args.ckpt], load_config(args.ckpt)
     if args.hf:
@@ -271,25 +327,61 @@ def ratio_table(results: dict, predicted: dict) -> str:
 
 
 # Main -------------------------------------------------------------------------------------------
-def run_mode(label: str, model_args: list[str], max_batch: int, args, vocab: int, tmp: str) -> dict:
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+QUESTIONS = ["What is the capital of France?", "Why is the sky blue?", "Name three prime numbers.",
+             "How do plants make food?", "What does a compiler do?", "Why do we have seasons?",
+             "What is a transformer in machine learning?", "How far is the Moon?"]
+
+
+def chat_prompts(gguf: str, n: int) -> list[list[int]]:
+    """n chat-shaped prompts as token ids: the file's template and default system prompt around a question
+    (numbered, so no two are equal and no server answers from a cache of whole prompts)."""
+    from tformer.generate.chat import chat_ids, template_for
+    from tformer.interop.gguf_model import load_gguf
+
+    _, tok = load_gguf(gguf, tokenizer=True)
+    template = template_for(tok)
+    return [chat_ids(template, tok, [{"role": "user", "content": f"Question {i + 1}: {QUESTIONS[i % len(QUESTIONS)]}"}])
+            for i in range(n)]
+
+
+def run_mode(label: str, server, args, prompt_of, ask=None) -> dict:
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key and ask is None else {}
 
     def body_for(i: int) -> dict:
-        return {"prompt": prompt_for(i, vocab), "max_tokens": args.max_tokens, "temperature": 0, "stream": True}
+        body = {"prompt": prompt_of(i), "max_tokens": args.max_tokens, "temperature": 0, "stream": True}
+        if args.gguf:
+            body["ignore_eos"] = True  # exactly max_tokens from each, as llama-server is asked
+        return body
 
     out = {}
-    queue = 2 * max(args.levels)  # every client's request waits rather than meeting 429
-    with Server(model_args, max_batch, queue, args.time_limit + 60, tmp) as server:
-        print(f"{label}: serving at {server.url} (--max-batch {max_batch})", flush=True)
-        asyncio.run(drive(server.url, 1, 2, body_for, args.time_limit, headers))  # warm-up, not counted
+    with server:
+        print(f"{label}: serving at {server.url}", flush=True)
+        asyncio.run(drive(server.url, 1, 2, body_for, args.time_limit, headers, ask))  # warm-up, not counted
         for c in args.levels:
             n = args.requests or max(2 * c, 4 if args.quick else 16)
-            r = asyncio.run(drive(server.url, c, n, body_for, args.time_limit, headers))
+            r = asyncio.run(drive(server.url, c, n, body_for, args.time_limit, headers, ask))
             out[c] = r
             stop = f"; stopped at the {args.time_limit:g} s time limit" if r["stopped_at_time_limit"] else ""
             print(f"  {c:4d} clients: {r['ok']}/{n} ok, {r['failed']} failed, {r['tokens_per_s']:.1f} tokens/s"
                   f"{stop}" + (f"; errors: {r['errors']}" if r["errors"] else ""), flush=True)
     return out
+
+
+def peer_table(results: dict) -> str:
+    """tformer serve against llama-server at each level: tokens/s and p95 TTFT, and their ratios."""
+    ours, peer = results.get("tformer", {}), results.get("llama-server", {})
+    rows = []
+    for c in ours:
+        if c not in peer:
+            continue
+        a, b = ours[c], peer[c]
+        ratio = a["tokens_per_s"] / b["tokens_per_s"] if b["tokens_per_s"] else float("nan")
+        ta, tb = a["ttft_s"]["p95"], b["ttft_s"]["p95"]
+        rows.append([str(c), f"{a['tokens_per_s']:.1f}", f"{b['tokens_per_s']:.1f}", f"{ratio:.2f}x", ms(ta), ms(tb),
+                     f"{ta / tb:.2f}x" if ta and tb else "-"])
+    headers = ["clients", "tformer tok/s", "llama-server tok/s", "tformer / llama", "tformer TTFT p95",
+               "llama TTFT p95", "TTFT ratio"]
+    return _results.table(headers, rows)
 
 
 def parse_levels(text: str) -> list[int]:
@@ -304,6 +396,11 @@ def main(argv=None) -> int:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--ckpt", help="serve this tformer checkpoint (default: a random-weight model built here)")
     src.add_argument("--hf", help="serve this Hugging Face model folder")
+    src.add_argument("--gguf", help="serve this GGUF file (or packaged name) with tformer and with llama-server")
+    p.add_argument("--llama-server", default=str(LLAMA_SERVER), help="llama.cpp's server binary (with --gguf)")
+    p.add_argument("--slot-positions", type=int, default=256, help="KV positions per slot, both servers (with --gguf)")
+    p.add_argument("--gguf-weights", choices=("keep", "dequantize"), default="keep",
+                   help="how tformer holds the file's weights (with --gguf): its 4/8-bit blocks, or fp32")
     p.add_argument("--levels", default=None, help="client counts (default 1,8,32,128; --quick: 1,4)")
     p.add_argument("--requests", type=int, default=None, help="requests per level (default max(2 x clients, 16))")
     p.add_argument("--max-tokens", type=int, default=None, help="new tokens per request (default 32; --quick 8)")
@@ -320,29 +417,68 @@ def main(argv=None) -> int:
     print(_results.header(m))
     with tempfile.TemporaryDirectory(prefix="serve_load-") as tmp:
         model_args, config = model_source(args, tmp)
-        print(f"model: {config.n_layers} layers, d_model {config.d_model}, vocab {config.vocab_size}; prompts of "
-              f"{PROMPT_TOKENS} tokens, {args.max_tokens} new tokens each, greedy, streamed")
         vocab = config.vocab_size
-        results = {"continuous": run_mode("continuous batching", model_args, args.max_batch, args, vocab, tmp),
-                   "one-at-a-time": run_mode("one at a time", model_args, 1, args, vocab, tmp)}
-    predicted = predicted_speedups(config, args.levels, args.max_batch, PROMPT_TOKENS + args.max_tokens // 2)
+        queue = 2 * max(args.levels)  # every client's request waits rather than meeting 429
+        timeout = args.time_limit + 60
+
+        def ours(max_batch):
+            extra = ["--slot-positions", str(args.slot_positions), "--gguf-weights", args.gguf_weights] if args.gguf else []
+            return Server([*model_args, *extra], max_batch, queue, timeout, tmp)
+
+        if args.gguf:
+            from tformer.interop.gguf_config import resolve_gguf
+
+            prompts = chat_prompts(args.gguf, max(max(2 * c, 16) for c in args.levels) + 2)
+            print(f"model: {args.gguf}; chat prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
+                  f"{args.max_tokens} new tokens each (end token ignored), greedy, streamed")
+            results = {"tformer": run_mode(f"tformer serve --max-batch {args.max_batch} --gguf-weights {args.gguf_weights}",
+                                           ours(args.max_batch), args,
+                                           lambda i: prompts[i % len(prompts)]),
+                       "llama-server": run_mode(f"llama-server --parallel {args.max_batch}",
+                                                LlamaServer(Path(args.llama_server), resolve_gguf(args.gguf),
+                                                            args.max_batch, args.slot_positions, tmp),
+                                                args, lambda i: prompts[i % len(prompts)], one_llama_request)}
+        else:
+            print(f"model: {config.n_layers} layers, d_model {config.d_model}, vocab {config.vocab_size}; prompts of "
+                  f"{PROMPT_TOKENS} tokens, {args.max_tokens} new tokens each, greedy, streamed")
+            results = {"continuous": run_mode(f"continuous batching (--max-batch {args.max_batch})",
+                                              ours(args.max_batch), args, lambda i: prompt_for(i, vocab)),
+                       "one-at-a-time": run_mode("one at a time (--max-batch 1)", ours(1), args,
+                                                 lambda i: prompt_for(i, vocab))}
     print()
     print(level_table(results))
     print()
-    print(ratio_table(results, predicted))
-    device = next(iter(predicted.values()))["device"]
-    print(f"predicted: the ledger's decode tokens/s at that batch over batch 1 (tformer.cost.batching) on {device}: "
-          "'profile' reads its measured curves, 'peak' the single-peak roofline")
-    failures = sum(r["failed"] for levels in results.values() for r in levels.values())
     verdicts = []
-    if 32 in results["continuous"] and 32 in results["one-at-a-time"]:
-        ratio = results["continuous"][32]["tokens_per_s"] / max(results["one-at-a-time"][32]["tokens_per_s"], 1e-12)
-        verdicts.append(f"32 clients: {ratio:.2f}x one-at-a-time tokens/s ({'meets' if ratio >= 4 else 'below'} "
-                        "the 4x target)")
+    if args.gguf:
+        print(peer_table(results))
+        ours_, peer = results["tformer"], results["llama-server"]
+        if 32 in ours_ and 32 in peer:
+            ratio = ours_[32]["tokens_per_s"] / max(peer[32]["tokens_per_s"], 1e-12)
+            ttft = (ours_[32]["ttft_s"]["p95"] or 0) <= (peer[32]["ttft_s"]["p95"] or float("inf"))
+            verdicts.append(f"32 clients: {ratio:.2f}x llama-server's tokens/s, p95 TTFT "
+                            f"{'no worse' if ttft else 'worse'} ({'meets' if ratio >= 2 and ttft else 'misses'} "
+                            "the 2x target)")
+        if 1 in ours_ and 1 in peer:
+            ratio = ours_[1]["tokens_per_s"] / max(peer[1]["tokens_per_s"], 1e-12)
+            verdicts.append(f"1 client: {ratio:.2f}x ({'meets' if ratio >= 1 else 'misses'} the 1x target)")
+        predicted = {}
+    else:
+        predicted = predicted_speedups(config, args.levels, args.max_batch, PROMPT_TOKENS + args.max_tokens // 2)
+        print(ratio_table(results, predicted))
+        device = next(iter(predicted.values()))["device"]
+        print(f"predicted: the ledger's decode tokens/s at that batch over batch 1 (tformer.cost.batching) on {device}: "
+              "'profile' reads its measured curves, 'peak' the single-peak roofline")
+        if 32 in results["continuous"] and 32 in results["one-at-a-time"]:
+            ratio = results["continuous"][32]["tokens_per_s"] / max(results["one-at-a-time"][32]["tokens_per_s"], 1e-12)
+            verdicts.append(f"32 clients: {ratio:.2f}x one-at-a-time tokens/s ({'meets' if ratio >= 4 else 'below'} "
+                            "the 4x target)")
+    failures = sum(r["failed"] for levels in results.values() for r in levels.values())
     verdicts.append(f"failed requests: {failures} ({'meets' if failures == 0 else 'misses'} the zero-failure target)")
     print("; ".join(verdicts))
     record = {"model": {k: getattr(config, k) for k in ("arch", "n_layers", "d_model", "vocab_size", "max_positions")},
-              "source": "ckpt" if args.ckpt else "hf" if args.hf else "random", "prompt_tokens": PROMPT_TOKENS,
+              "source": "gguf" if args.gguf else "ckpt" if args.ckpt else "hf" if args.hf else "random",
+              "gguf": args.gguf, "gguf_weights": args.gguf_weights if args.gguf else None,
+              "slot_positions": args.slot_positions if args.gguf else None, "prompt_tokens": PROMPT_TOKENS,
               "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": args.levels,
               "results": {mode: {str(c): r for c, r in levels.items()} for mode, levels in results.items()},
               "predicted_speedup": {str(c): v for c, v in predicted.items()}}

@@ -151,3 +151,20 @@ def _metric(server, family, **labels):
             return sum(s.value for s in fam.samples if s.name.endswith("_total") and
                        all(s.labels.get(k) == v for k, v in labels.items()))
     return 0.0
+
+
+def test_ignore_eos_leaves_the_end_token_out_of_the_stop_tokens():
+    """ignore_eos (as vLLM's and llama.cpp's servers take it, for load tests): the end token is one more token."""
+    from types import SimpleNamespace
+
+    from tformer.serve.checks import engine_request
+    from tformer.serve.schemas import CompletionRequest
+
+    info = SimpleNamespace(eos_token_id=3)
+
+    def stops(**body):
+        return engine_request(CompletionRequest(prompt=[1, 2], **body), [1, 2], info, None).stop_tokens
+
+    assert stops() is None  # the batcher's default: the model's end token
+    assert stops(stop_token_ids=[7]) == (3, 7)
+    assert stops(ignore_eos=True) == () and stops(ignore_eos=True, stop_token_ids=[7]) == (7,)

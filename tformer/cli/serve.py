@@ -25,6 +25,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")
     parser.add_argument("--max-batch", type=int, default=32, help="sequences decoded together (1 = one at a time)")
     parser.add_argument("--max-queue", type=int, default=256, help="requests that may wait; beyond: 429")
+    parser.add_argument("--slot-positions", type=int, default=None,
+                        help="positions (prompt + reply) each of the --max-batch rows of the KV pool holds, allocated "
+                             "at start (default: the context window, at most 1024); a longer request gets 400")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body; beyond: 413")
     parser.add_argument("--request-timeout", type=float, default=60.0,
                         help="seconds a completion may take; then it ends with finish_reason 'timeout'")
@@ -37,6 +40,7 @@ def add_arguments(parser) -> None:
 
 # Timeouts far past 1e6 s (11 days, already no limit) overflow the event loop's clock arithmetic.
 NUMBERS = {"max_batch": Bounds(1, 65536, integer=True), "max_queue": Bounds(1, 10 ** 6, integer=True),
+           "slot_positions": Bounds(2, 10 ** 7, integer=True),
            "max_body_bytes": Bounds(1, 1 << 40, integer=True), "port": Bounds(0, 65535, integer=True),
            "request_timeout": Bounds(0, 1e6, lo_open=True, note="seconds"),
            "batch_window_ms": Bounds(0, 10_000, note="milliseconds")}
@@ -44,7 +48,8 @@ NUMBERS = {"max_batch": Bounds(1, 65536, integer=True), "max_queue": Bounds(1, 1
 
 def _check(args) -> None:
     for dest, bounds in NUMBERS.items():  # main checks them too; run may be called on its own
-        bounds.check(getattr(args, dest), "--" + dest.replace("_", "-"))
+        if getattr(args, dest) is not None:  # None: the flag's default is the model's
+            bounds.check(getattr(args, dest), "--" + dest.replace("_", "-"))
     if args.api_key is not None and not args.api_key.strip():
         raise TformerError("--api-key is empty; pass a key or leave the flag out")
 
@@ -57,7 +62,8 @@ def run(args) -> int:
 
     sock = bind(args.host, args.port)  # before loading the model: a port in use fails at once
     model, tokenizer, label = load_model(args)
-    settings = ServeSettings(max_batch=args.max_batch, max_queue=args.max_queue, max_body_bytes=args.max_body_bytes,
+    settings = ServeSettings(max_batch=args.max_batch, max_queue=args.max_queue, slot_positions=args.slot_positions,
+                             max_body_bytes=args.max_body_bytes,
                              request_timeout=args.request_timeout, batch_window_ms=args.batch_window_ms,
                              api_key=args.api_key, normalize=not args.no_normalize)
     app = create_app(model, tokenizer, name=label, settings=settings)

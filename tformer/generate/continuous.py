@@ -138,7 +138,7 @@ class ContinuousBatcher(WorkQueue):
         if pool_serves(c):
             columns = slot_positions or min(c.max_positions, 1024)
             if isinstance(columns, bool) or not isinstance(columns, int) or not 1 < columns <= c.max_positions:
-                raise TformerError(f"slot_positions must be a whole number in [2, {c.max_positions}] (the context "
+                raise TformerError(f"slot_positions (--slot-positions) must be a whole number in [2, {c.max_positions}] (the context "
                                    f"window), got {slot_positions!r}")
             self._pool = SlotPool(model, max_batch, columns, PrefixStore(), step_fn)
             self._prefilling: list[Sequence] = []

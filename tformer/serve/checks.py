@@ -144,9 +144,9 @@ def chat_engine_request(req: ChatCompletionRequest, prompt: list[int], max_token
 def engine_request(req: CompletionRequest, prompt: list[int], info: ModelInfo, timeout: float | None) -> Request:
     """The batcher's Request: the stop tokens given are added to the model's end-of-sequence token."""
     stop = None
-    if req.stop_token_ids is not None:
-        eos = {info.eos_token_id} if info.eos_token_id is not None else set()
-        stop = tuple(sorted(set(req.stop_token_ids) | eos))
+    if req.stop_token_ids is not None or req.ignore_eos:
+        eos = {info.eos_token_id} if info.eos_token_id is not None and not req.ignore_eos else set()
+        stop = tuple(sorted(set(req.stop_token_ids or ()) | eos))
     return Request(prompt, max_new_tokens=req.max_tokens, temperature=req.temperature, top_k=req.top_k,
                    top_p=req.top_p, stop_tokens=stop, seed=req.seed, timeout=timeout)
 

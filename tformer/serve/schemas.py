@@ -75,11 +75,13 @@ class _Sampled(_Strict):
 
 
 class CompletionRequest(_Sampled):
-    """POST /v1/completions: OpenAI's subset, plus top_k and stop_token_ids."""
+    """POST /v1/completions: OpenAI's subset, plus top_k, stop_token_ids and ignore_eos (vLLM's and llama.cpp's:
+    generate max_tokens whatever the model says, as load tests do)."""
 
     prompt: str | list[int] | OneText | OneIds
     max_tokens: int = Field(16, ge=1)
     stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
 
 
 class StreamOptions(_Strict):
