@@ -101,7 +101,8 @@ class Server:
         self.stop()
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        wait = HEALTH_TIMEOUT_S * (8 if "--compile" in self.argv else 1)  # compiling SmolLM2's step: ~2 min here
+        deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited with code {self.proc.returncode}:\n{self.log_tail()}")
@@ -111,7 +112,7 @@ class Server:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError(f"the server was not healthy after {HEALTH_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
+        raise RuntimeError(f"the server was not healthy after {wait:.0f} s:\n{self.log_tail()}")
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -399,6 +400,7 @@ def main(argv=None) -> int:
     src.add_argument("--gguf", help="serve this GGUF file (or packaged name) with tformer and with llama-server")
     p.add_argument("--llama-server", default=str(LLAMA_SERVER), help="llama.cpp's server binary (with --gguf)")
     p.add_argument("--slot-positions", type=int, default=256, help="KV positions per slot, both servers (with --gguf)")
+    p.add_argument("--compile", action="store_true", help="tformer serve --compile (one compiled decode step)")
     p.add_argument("--gguf-weights", choices=("keep", "dequantize"), default="keep",
                    help="how tformer holds the file's weights (with --gguf): its 4/8-bit blocks, or fp32")
     p.add_argument("--levels", default=None, help="client counts (default 1,8,32,128; --quick: 1,4)")
@@ -423,6 +425,7 @@ def main(argv=None) -> int:
 
         def ours(max_batch):
             extra = ["--slot-positions", str(args.slot_positions), "--gguf-weights", args.gguf_weights] if args.gguf else []
+            extra += ["--compile"] if args.compile else []
             return Server([*model_args, *extra], max_batch, queue, timeout, tmp)
 
         if args.gguf:
@@ -431,7 +434,8 @@ def main(argv=None) -> int:
             prompts = chat_prompts(args.gguf, max(max(2 * c, 16) for c in args.levels) + 2)
             print(f"model: {args.gguf}; chat prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
                   f"{args.max_tokens} new tokens each (end token ignored), greedy, streamed")
-            results = {"tformer": run_mode(f"tformer serve --max-batch {args.max_batch} --gguf-weights {args.gguf_weights}",
+            results = {"tformer": run_mode(f"tformer serve --max-batch {args.max_batch} --gguf-weights {args.gguf_weights}"
+                                           + (" --compile" if args.compile else ""),
                                            ours(args.max_batch), args,
                                            lambda i: prompts[i % len(prompts)]),
                        "llama-server": run_mode(f"llama-server --parallel {args.max_batch}",
@@ -477,7 +481,7 @@ def main(argv=None) -> int:
     print("; ".join(verdicts))
     record = {"model": {k: getattr(config, k) for k in ("arch", "n_layers", "d_model", "vocab_size", "max_positions")},
               "source": "gguf" if args.gguf else "ckpt" if args.ckpt else "hf" if args.hf else "random",
-              "gguf": args.gguf, "gguf_weights": args.gguf_weights if args.gguf else None,
+              "gguf": args.gguf, "gguf_weights": args.gguf_weights if args.gguf else None, "compile": args.compile,
               "slot_positions": args.slot_positions if args.gguf else None, "prompt_tokens": PROMPT_TOKENS,
               "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": args.levels,
               "results": {mode: {str(c): r for c, r in levels.items()} for mode, levels in results.items()},

@@ -292,3 +292,30 @@ def test_a_config_whose_pad_and_end_ids_lie_outside_the_vocabulary_still_batches
         assert seq.tokens == _alone(model, seq.request)
     batched = generate(model, PROMPTS, max_new_tokens=5, stop_tokens=[]).sequences  # generate's own left padding
     assert batched == [_alone(model, r) for r in requests]
+
+
+def test_a_compiled_pool_step_is_one_graph_for_every_batch_and_length():
+    """--compile in serving: the model's forward over the KV pool traced once (rows and columns dynamic), while rows
+    join and leave at other lengths; every request computes what it computes alone. The "eager" backend traces the
+    graph (fullgraph) and runs it with ATen: the check takes seconds, not the minutes inductor takes."""
+    from torch._dynamo.utils import counters
+
+    model = _model(position="rope", norm="rmsnorm", n_heads=4, n_kv_heads=2, d_model=32, d_ff=48, max_positions=200)
+    torch._dynamo.reset()
+    counters.clear()
+    requests = [Request(p, max_new_tokens=4 + 3 * i, stop_tokens=()) for i, p in enumerate(PROMPTS)]
+    requests.append(Request([(3 * i + 1) % 37 for i in range(70)], max_new_tokens=6, stop_tokens=()))  # columns > 64
+    batcher = ContinuousBatcher(model, max_batch=3, compile="eager")
+    rec = Recorder()
+    seqs = [batcher.submit(r, rec) for r in requests]
+    batcher.start()
+    assert batcher.shutdown(drain=True, timeout=120)
+    for seq in seqs:
+        assert seq.finish_reason == "length" and seq.tokens == _alone(model, seq.request)
+    assert set(batcher.stats.steps) >= {2, 3}  # steps of different row counts and cache lengths ...
+    assert counters["stats"]["unique_graphs"] == 1  # ... through one graph
+
+
+def test_compile_is_refused_where_the_pool_does_not_serve():
+    with pytest.raises(TformerError, match="drop --compile"):
+        ContinuousBatcher(_model(arch="encoder-decoder", position="sinusoidal"), compile="eager")

@@ -28,6 +28,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--slot-positions", type=int, default=None,
                         help="positions (prompt + reply) each of the --max-batch rows of the KV pool holds, allocated "
                              "at start (default: the context window, at most 1024); a longer request gets 400")
+    parser.add_argument("--compile", action="store_true",
+                        help="decode through one torch.compile'd step (decoder-only attention models), compiled "
+                             "before the server answers: minutes on a small CPU, then no Python per layer")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body; beyond: 413")
     parser.add_argument("--request-timeout", type=float, default=60.0,
                         help="seconds a completion may take; then it ends with finish_reason 'timeout'")
@@ -63,6 +66,7 @@ def run(args) -> int:
     sock = bind(args.host, args.port)  # before loading the model: a port in use fails at once
     model, tokenizer, label = load_model(args)
     settings = ServeSettings(max_batch=args.max_batch, max_queue=args.max_queue, slot_positions=args.slot_positions,
+                             compile=args.compile,
                              max_body_bytes=args.max_body_bytes,
                              request_timeout=args.request_timeout, batch_window_ms=args.batch_window_ms,
                              api_key=args.api_key, normalize=not args.no_normalize)

@@ -38,6 +38,7 @@ from tformer.generate import sampling
 from tformer.generate.search import filler_id, pad_batch
 from tformer.generate.slot_pool import PrefixStore, SlotPool, pool_serves
 from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
+from tformer.model.compiled import compiled_pool_step
 from tformer.model.base import TransformerModel
 from tformer.model.runners import runner_for
 
@@ -113,9 +114,10 @@ class StepStats:
 
 class ContinuousBatcher(WorkQueue):
     def __init__(self, model: TransformerModel, *, max_batch: int = 32, max_queue: int = 256,
-                 slot_positions: int | None = None, step_fn=None):
+                 slot_positions: int | None = None, compile: bool | str = False):
         """slot_positions: columns of each row of the KV pool (prompt + new tokens; default the context window,
-        at most 1024); step_fn: the pool's decode step (default the model's eager forward)."""
+        at most 1024); compile: decode steps through one torch.compile'd graph ("inductor", or True; a backend
+        name), compiled by ``start`` before the first request (minutes on a small CPU)."""
         runner = runner_for(model)
         if not runner.generates:
             raise TformerError(f"this checkpoint is {runner.label}; it cannot generate. Serve a decoder or "
@@ -135,17 +137,30 @@ class ContinuousBatcher(WorkQueue):
         c = self.config
         self._pad = filler_id(c.vocab_size, c.pad_token_id, c.eos_token_id)
         self._pool = None
+        if compile and not pool_serves(c):
+            raise TformerError(f"--compile serves decoder-only attention models over the KV pool; this "
+                               f"{self.runner.label} model is served eagerly: drop --compile")
         if pool_serves(c):
             columns = slot_positions or min(c.max_positions, 1024)
             if isinstance(columns, bool) or not isinstance(columns, int) or not 1 < columns <= c.max_positions:
                 raise TformerError(f"slot_positions (--slot-positions) must be a whole number in [2, {c.max_positions}] (the context "
                                    f"window), got {slot_positions!r}")
-            self._pool = SlotPool(model, max_batch, columns, PrefixStore(), step_fn)
+            step_fn = compiled_pool_step(model, "inductor" if compile is True else compile) if compile else None
+            self._pool = SlotPool(model, max_batch, columns, PrefixStore(), step_fn, least_rows=2 if compile else 1)
             self._prefilling: list[Sequence] = []
             self._decoding: dict[int, Sequence] = {}  # slot -> the sequence decoding in it
             self._tokens: dict[int, int] = {}  # slot -> the token it reads at the next step
 
     # Public -------------------------------------------------------------------------------------
+    def start(self):
+        """Start the loop; a compiled step is compiled first (one step over two empty rows, then forgotten)."""
+        if self._pool is not None and self._pool.least_rows > 1:
+            slot = self._pool.take()
+            with torch.no_grad():
+                self._pool.step({slot: self._pad}, self._pad)
+            self._pool.give(slot)
+        return super().start()
+
     @property
     def active(self) -> int:
         return len(self._active)

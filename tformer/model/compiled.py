@@ -249,6 +249,37 @@ class CompiledEncoderDecoderRunner(_Compiled, EncoderDecoderRunner):
         super().rewind(cache, n)
 
 
+def compiled_pool_step(model: TransformerModel, backend: str = "inductor"):
+    """A decode step for serving's KV pool (tformer.generate.slot_pool): ``step(model, ids, view) -> logits``,
+    the model's own forward over a SlotCache view, compiled once for any number of rows and columns (both
+    dimensions marked dynamic: one graph, where a graph per shape would cost minutes each on a small CPU).
+    Rows and columns must be at least 2 (torch specializes a dimension of size 1)."""
+    check_compilable(model.config)
+    if backend not in BACKENDS:
+        raise TformerError(f"compile backend {backend!r} is unknown; use one of: {', '.join(BACKENDS)}")
+    windows = layer_windows(model.config, len(model.decoder.order))
+
+    def traced(ids, buffers, lengths, positions, keep):
+        return next_logits(model, ids, SlotCache(buffers, windows, lengths, positions, keep))
+
+    compiled = torch.compile(traced, fullgraph=True, backend=backend)
+    mark = torch._dynamo.mark_dynamic
+
+    def step(_model, ids: torch.Tensor, view: SlotCache) -> torch.Tensor:
+        mark(ids, 0)
+        for k, v in view.buffers:
+            for t in (k, v):
+                mark(t, 0)
+                mark(t, 2)
+        for t in (view.lengths, view.positions, view.keep):
+            mark(t, 0)
+        mark(view.keep, 1)
+        with torch.no_grad():
+            return compiled(ids, view.buffers, view.lengths, view.positions, view.keep)
+
+    return step
+
+
 BACKENDS = ("inductor", "eager", "aot_eager")
 
 
@@ -271,4 +302,4 @@ def compiled_runner(model: TransformerModel, mode: str | None = None, backend: s
 
 
 __all__ = ["BACKENDS", "CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "StaticDecoder", "cache_length",
-           "check_compilable", "compiled_runner", "next_logits"]
+           "check_compilable", "compiled_pool_step", "compiled_runner", "next_logits"]

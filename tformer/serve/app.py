@@ -37,6 +37,7 @@ class ServeSettings:
     max_batch: int = 32
     max_queue: int = 256
     slot_positions: int | None = None  # columns of each row of the KV pool (None: the context window, at most 1024)
+    compile: bool = False  # decode steps through one torch.compile'd graph, compiled at start
     max_body_bytes: int = 1 << 20
     request_timeout: float | None = 60.0  # seconds per completion; then finish_reason "timeout"
     body_timeout: float | None = None  # seconds to receive a body (None: request_timeout, or 60)
@@ -57,7 +58,10 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
     model.eval()
     if info.generates:
         engine = ContinuousBatcher(model, max_batch=s.max_batch, max_queue=s.max_queue,
-                                   slot_positions=s.slot_positions)
+                                   slot_positions=s.slot_positions, compile=s.compile)
+    elif s.compile:
+        raise TformerError(f"--compile compiles the decode step, and {name} ({model.config.traits.label}) does not "
+                           "decode; drop --compile")
     else:
         engine = EmbeddingBatcher(model, max_batch=s.max_batch, max_queue=s.max_queue,
                                   window=s.batch_window_ms / 1000, normalize=s.normalize)
