@@ -319,3 +319,23 @@ def test_a_compiled_pool_step_is_one_graph_for_every_batch_and_length():
 def test_compile_is_refused_where_the_pool_does_not_serve():
     with pytest.raises(TformerError, match="drop --compile"):
         ContinuousBatcher(_model(arch="encoder-decoder", position="sinusoidal"), compile="eager")
+
+
+def test_newcomers_prompts_are_read_together_in_one_forward(monkeypatch):
+    """Chunked prefill batches: the prompts that arrived together (different lengths, right-padded in one forward)
+    are read by one call, and each row still computes what it computes alone."""
+    from tformer.generate.slot_pool import SlotPool
+
+    calls, real = [], SlotPool.prefill
+
+    def counted(self, chunks):
+        calls.append(sorted(map(len, chunks.values())))
+        return real(self, chunks)
+
+    monkeypatch.setattr(SlotPool, "prefill", counted)
+    model = _model(position="alibi")
+    requests = [Request(p, max_new_tokens=5, stop_tokens=()) for p in PROMPTS[:3]]
+    _, seqs, _ = _serve(model, requests)
+    assert calls == [sorted(len(p) for p in PROMPTS[:3])]  # [1, 3, 7]: one forward for the three
+    for seq in seqs:
+        assert seq.tokens == _alone(model, seq.request)

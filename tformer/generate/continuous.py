@@ -6,7 +6,8 @@ reads what has arrived and adds it to the running batch, and a sequence that end
 
 Decoder-only attention models decode over a preallocated KV pool (tformer.generate.slot_pool): a request
 takes a row when admitted and gives it back when done; its prompt is read in chunks of at most
-``PREFILL_CHUNK`` tokens between decode steps (a long prompt does not stall the running requests), after the
+``PREFILL_CHUNK`` tokens between decode steps, newcomers' chunks together in one forward (a long prompt does
+not stall the running requests), after the
 longest start of it that an earlier prompt already computed (prefix caching). Other models (encoder-decoder,
 recurrent states) prefill newcomers as one padded batch and join their growing caches to the running one
 (tformer.model.runners: ``join``, ``compact``); those that cannot join are admitted only when the batch has emptied.
@@ -43,7 +44,7 @@ from tformer.model.base import TransformerModel
 from tformer.model.runners import runner_for
 
 FINISH_REASONS = ("stop", "length", "timeout", "cancelled", "error")
-PREFILL_CHUNK = 128  # prompt tokens read between two decode steps (chunked prefill)
+PREFILL_CHUNK = 256  # prompt tokens read between two decode steps (chunked prefill), newcomers together
 
 
 @dataclass
@@ -252,27 +253,29 @@ class ContinuousBatcher(WorkQueue):
             self.stats.prefix_tokens += seq._read
             self._active.append(seq)
             self._prefilling.append(seq)
-        budget = PREFILL_CHUNK
-        while self._prefilling and budget > 0:
-            seq = self._prefilling[0]
-            prompt = seq.request.prompt
-            chunk = prompt[seq._read:seq._read + budget]
+        chunks, budget = {}, PREFILL_CHUNK  # the oldest prompts first, all in one forward
+        for seq in self._prefilling:
+            if budget <= 0:
+                break
+            chunks[seq._slot] = seq.request.prompt[seq._read:seq._read + budget]
+            budget -= len(chunks[seq._slot])
+        if chunks:
             t0 = time.perf_counter()
-            logits = pool.prefill(seq._slot, chunk)
+            logits = pool.prefill(chunks)
             self.stats.prefill_seconds += time.perf_counter() - t0
-            self.stats.prefill_tokens += len(chunk)
-            seq._read += len(chunk)
-            budget -= len(chunk)
-            if seq._read < len(prompt):
-                break  # the rest of it after the next decode step
-            self._prefilling.pop(0)
-            pool.remember(seq._slot, prompt)
-            tokens, keep = self._advance([seq], logits[None])
-            if keep:
-                self._decoding[seq._slot] = seq
-                self._tokens[seq._slot] = int(tokens[0])
-            else:
-                self._leave(seq)
+            self.stats.prefill_tokens += sum(map(len, chunks.values()))
+            for seq in [s for s in self._prefilling if s._slot in chunks]:
+                seq._read += len(chunks[seq._slot])
+                if seq._read < len(seq.request.prompt):
+                    continue  # the rest of it after the next decode step
+                self._prefilling.remove(seq)
+                pool.remember(seq._slot, seq.request.prompt)
+                tokens, keep = self._advance([seq], logits[seq._slot][None])
+                if keep:
+                    self._decoding[seq._slot] = seq
+                    self._tokens[seq._slot] = int(tokens[0])
+                else:
+                    self._leave(seq)
         if self._decoding:
             self._pool_step()
 

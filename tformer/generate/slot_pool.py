@@ -5,8 +5,8 @@ and leave a running batch without copying anyone's keys, and every row keeps col
     pool = SlotPool(model, slots=32, columns=1024)
     slot = pool.take()
     read = pool.reuse_prefix(slot, prompt)               # columns copied from a stored prompt that starts alike
-    logits = pool.prefill(slot, prompt[read:read + 64])  # a chunk of the prompt, eagerly, into the slot's row
-    logits = pool.prefill(slot, prompt[read + 64:])      # ... and the rest (chunked prefill): (V,)
+    logits = pool.prefill({slot: prompt[read:read + 64]})[slot]  # a chunk of the prompt, eagerly (several slots'
+    logits = pool.prefill({slot: prompt[read + 64:]})[slot]      # chunks share one forward): (V,)
     pool.remember(slot, prompt)                          # its keys and values, for prompts that start alike
     logits = pool.step({slot: token, ...}, filler)       # one token for each decoding slot: {slot: (V,)}
     pool.give(slot)
@@ -141,14 +141,34 @@ class SlotPool:
             self.kv.positions[slot] = n
         return n
 
-    def prefill(self, slot: int, tokens: list[int]) -> torch.Tensor:
-        """Read ``tokens`` into ``slot`` after what it holds -> the next-token logits (V,)."""
-        end = self.used[slot] + len(tokens)
-        view = self._view(slice(slot, slot + 1), bucket(end, self.columns, MIN_COLUMNS))
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.kv.lengths.device)
-        logits = next_logits(self.model, ids, view)[0]
-        self.used[slot] = end
-        return logits
+    def prefill(self, chunks: dict[int, list[int]]) -> dict[int, torch.Tensor]:
+        """Read each ``{slot: tokens}`` chunk into its slot after what it holds, all in one forward -> each slot's
+        next-token logits (V,). The slots' rows are gathered, the chunks right-padded to the longest (a padding
+        token sits after every real one, so no real query sees it, and its column is written again later), and
+        the rows written back."""
+        slots = list(chunks)
+        t = max(len(c) for c in chunks.values())
+        columns = bucket(max(self.used[s] for s in slots) + t, self.columns, MIN_COLUMNS)
+        device = self.kv.lengths.device
+        index = torch.tensor(slots, device=device)
+        kv = self.kv
+        gathered = [(k[:, :, :columns].index_select(0, index), v[:, :, :columns].index_select(0, index))
+                    for k, v in kv.buffers]
+        view = SlotCache(gathered, kv.windows, kv.lengths.index_select(0, index),
+                         kv.positions.index_select(0, index), kv.keep[:, :columns].index_select(0, index))
+        ids = torch.tensor([c + [c[-1]] * (t - len(c)) for c in chunks.values()], dtype=torch.long, device=device)
+        h = self.model(ids, past_key_values=view, logits_to_keep=1).last_hidden_state  # (n, t, d_model)
+        last = torch.tensor([len(c) - 1 for c in chunks.values()], device=device)
+        logits = self.model.lm_logits(h[torch.arange(len(slots), device=device), last])  # (n, V)
+        for (k, v), (gk, gv) in zip(kv.buffers, gathered):
+            k[:, :, :columns].index_copy_(0, index, gk)
+            v[:, :, :columns].index_copy_(0, index, gv)
+        for slot, chunk in chunks.items():
+            self.used[slot] += len(chunk)
+        back = torch.tensor([self.used[s] for s in slots], device=device)
+        kv.lengths.index_copy_(0, index, back)
+        kv.positions.index_copy_(0, index, back)
+        return {slot: logits[i] for i, slot in enumerate(slots)}
 
     def remember(self, slot: int, prompt: list[int]) -> None:
         """Keep the keys and values of ``slot``'s prompt (all of it read) for later prompts that start alike."""
