@@ -22,7 +22,7 @@ With --gguf, the peer is llama.cpp's own server on the same file (`llama-server`
 prompts (the model's template and default system prompt around a varied question, as token ids), greedy,
 the same max tokens with the end token ignored (every request generates exactly max_tokens on both), and the
 ratio is tformer / llama.cpp at each level (the issue's targets: >= 2x tokens/s at 32 clients at no worse p95
-TTFT; >= 1x at 1 client).
+TTFT; >= 1x at 1 client). That record is filed as "serve_llamacpp", apart from the batching record the report reads.
 """
 
 from __future__ import annotations
@@ -486,7 +486,9 @@ def main(argv=None) -> int:
               "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": args.levels,
               "results": {mode: {str(c): r for c, r in levels.items()} for mode, levels in results.items()},
               "predicted_speedup": {str(c): v for c, v in predicted.items()}}
-    _results.write("serve_load", record, m, args.json, file_it=not (args.no_save or args.quick))
+    # beside llama-server: its own record, so the report's serving section keeps reading continuous vs one-at-a-time
+    _results.write("serve_llamacpp" if args.gguf else "serve_load", record, m, args.json,
+                   file_it=not (args.no_save or args.quick))
     return 0
 
 
