@@ -95,7 +95,7 @@ def _head_name(model: nn.Module) -> str:
     c = model.config
     if c.task == "question-answering":
         return "qa_outputs"
-    return "score" if c.arch == "decoder" else "classifier"
+    return "score" if c.traits.decoder_only else "classifier"
 
 
 def short_targets(chosen: list[str], every: list[str]) -> list[str]:
@@ -120,7 +120,7 @@ def save_adapter(model: nn.Module, spec: PeftSpec, out_dir) -> Path:
     """Write ``model``'s fine-tuned part in peft's format (see the module docstring); returns the folder."""
     c = model.config
     base = {"base_model_name_or_path": c.name or None, "inference_mode": True, "revision": None,
-            "task_type": TASK_TYPES.get(c.task, "CAUSAL_LM" if c.arch == "decoder" else "FEATURE_EXTRACTION")}
+            "task_type": TASK_TYPES.get(c.task, "CAUSAL_LM" if c.traits.decoder_only else "FEATURE_EXTRACTION")}
     if spec.method == "lora" and _has_hf_family(model):
         config, tensors = _lora_files(model, spec)
     elif spec.method in ("prompt", "prefix") and _has_hf_family(model):

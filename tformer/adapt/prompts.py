@@ -58,7 +58,7 @@ class PromptTuning(nn.Module):
         # peft's RANDOM init: nn.Embedding's standard normal
         self.embedding = nn.Embedding(virtual_tokens, like.shape[1], device=like.device, dtype=like.dtype)
         self.n = virtual_tokens
-        self.encoder = c.arch == "encoder"
+        self.encoder = c.traits.text_encoder
         self.offset_positions = bool(c.position_offset)
         self.token_labels = c.task in ("", "token-classification")
         self.pending = False
@@ -107,7 +107,7 @@ class PrefixTuning(nn.Module):
         super().__init__()
         _check_model(model, "prefix")
         c = model.config
-        self.stack = "encoder" if c.arch == "encoder" else "decoder"
+        self.stack = "encoder" if c.traits.text_encoder else "decoder"
         stack = getattr(model, self.stack)
         if len(set(stack.order)) != len(stack.order):
             raise TformerError("prefix tuning needs one module per layer; this model shares layers (ALBERT), "

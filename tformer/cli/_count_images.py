@@ -48,7 +48,7 @@ def image_request(args, config):
     if asked and not config.traits.images:
         raise TformerError(f"{config.traits.label} reads no images; --image-size, --patch-size, --sweep and --fusion "
                            "apply to arch='vit' and 'clip' (e.g. --preset vit-base-16)")
-    if args.fusion and config.arch != "clip":
+    if args.fusion and not config.traits.two_towers:
         raise TformerError("--fusion joins a CLIP model's two towers; use a clip preset (e.g. --preset clip-vit-b-32)")
     if args.sweep:
         images, patches = images or [224, 384, 512], patches or [16, 32]
@@ -63,7 +63,7 @@ def image_summary(lg) -> dict:
     c, w = lg.config, lg.workload
     out = {"image_size": c.image_size, "patch_size": c.patch_size, "num_channels": c.num_channels,
            "tokens": c.image_tokens, "formula": token_formula(c)}
-    if c.arch == "clip":
+    if c.traits.two_towers:
         out["contrastive"] = {"pairs": w.batch, "logits_bytes": logits_bytes(lg),
                               "rule": f"N x N x bytes = {w.batch}^2 x {logits_bytes(lg) // (w.batch * w.batch)} B"}
     return out
@@ -72,11 +72,11 @@ def image_summary(lg) -> dict:
 def print_image_header(con, lg) -> None:
     c, w = lg.config, lg.workload
     s = image_summary(lg)
-    text = f", text {w.seq} tokens (seq sizes the text tower only)" if c.arch == "clip" else \
+    text = f", text {w.seq} tokens (seq sizes the text tower only)" if c.traits.two_towers else \
         " (seq is not what sizes a ViT: the image is; --seq is not read)"
     con.print(f"image {c.image_size}x{c.image_size}x{c.num_channels}, patch {c.patch_size}: {s['formula']} tokens "
               f"per image{text}")
-    if c.arch == "clip":
+    if c.traits.two_towers:
         k = s["contrastive"]
         con.print(f"contrastive batch N = {w.batch} pairs: the N x N similarity logits take "
                   f"{fmt.nbytes_gb(k['logits_bytes'])} ({k['rule']}); they grow as N^2")

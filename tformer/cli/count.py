@@ -168,10 +168,10 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     c, w = lg.config, lg.workload
     shape = f"{w.batch} x {w.seq}" + (f" -> {w.seq_decoder or w.seq}" if c.traits.seq2seq and w.phase != "decode" else "")
     ctx = f", context {w.decode_context}" if w.phase == "decode" else ""
-    if c.arch == "vit":
+    if c.traits.vision_only:
         shape = f"{w.batch} image{'s' if w.batch > 1 else ''}"
     con.print(f"[bold]{getattr(c, 'name', 'custom')}[/] ({c.arch}) · {w.phase} · "
-              f"{'batch' if c.arch == 'vit' else 'batch x seq'} {shape}{ctx} · {w.dtype}"
+              f"{'batch' if c.traits.vision_only else 'batch x seq'} {shape}{ctx} · {w.dtype}"
               + (f" · {w.optimizer}" if w.training else ""))
     if c.traits.images:
         print_image_header(con, lg)

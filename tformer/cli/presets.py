@@ -25,7 +25,7 @@ def _vocab_and_context(c) -> tuple[str, str]:
     if not c.traits.images:
         return f"{c.vocab_size:,}", str(c.max_positions)
     image = f"{c.image_tokens} img ({c.image_size}px/{c.patch_size})"
-    if c.arch == "clip":  # a text tower beside the image tower
+    if c.traits.two_towers:  # a text tower beside the image tower
         return f"{c.vocab_size:,}", f"{c.max_positions} text, {image}"
     return "-", image
 

@@ -123,7 +123,7 @@ def _print(out, config, workload, factor) -> None:
                   ratio(r["kv_cache"]), ratio(r["time_s"]))
     con.print(t)
     x = out["attention_crossover"]
-    if config.arch == "vit":  # tokens come from the image: n = (side / P)^2 + 1
+    if config.traits.vision_only:  # tokens come from the image: n = (side / P)^2 + 1
         side = lambda n: f"{config.patch_size * max(n - 1, 0) ** 0.5:,.0f} px"
         con.print(f"QK^T + AV overtake the FFN at n ≈ {x['vs_ffn']:,} image tokens (a {side(x['vs_ffn'])} image at "
                   f"patch {config.patch_size}) and the q/k/v/o projections at n ≈ {x['vs_projections']:,} "

@@ -31,6 +31,26 @@ class ArchTraits:
         """Reads a source and generates a target (the prompt is the source, not the decoder's prefix)."""
         return self.encoder and self.decoder
 
+    @property
+    def decoder_only(self) -> bool:
+        """A causal Transformer stack alone (GPT-2, LLaMA): its prompt is its own prefix, it has attention."""
+        return self.decoder and not self.encoder and not self.recurrent
+
+    @property
+    def text_encoder(self) -> bool:
+        """A bidirectional stack over tokens alone (BERT and its variants)."""
+        return self.encoder and not self.decoder and not self.images and not self.recurrent
+
+    @property
+    def two_towers(self) -> bool:
+        """An image tower and a text tower projected into one embedding space (CLIP)."""
+        return self.objective == "contrastive"
+
+    @property
+    def vision_only(self) -> bool:
+        """Reads images and nothing else (ViT): no token ids, no sequence length of its own."""
+        return self.images and not self.two_towers
+
 
 _IMAGE_FIELDS = frozenset({"image_size", "patch_size", "num_channels"})
 _TASK_FIELDS = frozenset({"task", "pooling", "n_classes"})  # a task head in place of the LM head

@@ -100,7 +100,7 @@ def _refuse(config, what: str) -> TformerError:
 def gguf_architecture(config) -> str:
     """The llama.cpp architecture ``config`` is written as (llama or gpt2), or a one-line TformerError naming
     what no GGUF file tformer writes can hold. The config alone is read: a --preset is checked before it is built."""
-    if config.arch != "decoder":
+    if not config.traits.decoder_only:
         raise _refuse(config, f"it is {config.traits.label}")
     if config.task:
         raise _refuse(config, f"it has a {config.task} head in place of the LM head")

@@ -118,7 +118,7 @@ def head_from_file(back, config):
     changes = {}
     if config.task == "question-answering":
         changes["n_classes"] = config.n_classes
-    if config.task != "sequence-classification" and config.arch == "encoder":
+    if config.task != "sequence-classification" and config.traits.text_encoder:
         changes["pooler"] = config.pooler
     return back.replace(**changes) if changes else back
 
@@ -131,4 +131,4 @@ def task_rules(config, model_type: str, rules: list[Rule], aliases: list) -> tup
     name = head_class_for(config, model_type)
     drop = ("lm_head.", "mlm_head.", "pair_head.") + (() if config.task == "sequence-classification" else ("pooler.",))
     body = [r for r in rules if not r.ours[0].startswith(drop)]
-    return body + linear_rules(HEAD_CLASSES[name][2], "head", config.arch == "encoder"), []
+    return body + linear_rules(HEAD_CLASSES[name][2], "head", config.traits.text_encoder), []

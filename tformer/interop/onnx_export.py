@@ -84,21 +84,21 @@ def signature(model) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(inputs, outputs): each graph name -> its axis names, in the graph's order."""
     c = model.config
     seq = ["batch", "sequence"]
-    if c.arch == "vit":
+    if c.traits.vision_only:
         image = [str(c.num_channels), str(c.image_size), str(c.image_size)]
         outputs = {"last_hidden_state": ["batch", str((c.image_size // c.patch_size) ** 2 + 1), str(c.d_model)]}
         if model.head is not None:
             outputs["logits"] = ["batch", str(c.n_classes)]
         return {"pixel_values": ["batch", *image]}, outputs
-    if c.arch == "encoder-decoder":
+    if c.traits.seq2seq:
         inputs = {"input_ids": ["batch", "source_sequence"], "attention_mask": ["batch", "source_sequence"],
                   "decoder_input_ids": ["batch", "sequence"]}
         return inputs, {"logits": [*seq, str(c.vocab_size)]}
     inputs = {"input_ids": seq, "attention_mask": seq}
     if _has_segments(model):
         inputs["token_type_ids"] = seq
-    outputs = {"last_hidden_state": [*seq, str(c.d_model)]} if c.arch == "encoder" else {}
-    if c.arch == "encoder" and model.pooler is not None:
+    outputs = {"last_hidden_state": [*seq, str(c.d_model)]} if c.traits.text_encoder else {}
+    if c.traits.text_encoder and model.pooler is not None:
         outputs["pooler_output"] = ["batch", str(c.d_model)]
     if c.task == "question-answering":
         outputs.update(start_logits=seq, end_logits=seq)
@@ -106,7 +106,7 @@ def signature(model) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         outputs["logits"] = [*seq, str(c.n_classes)]
     elif c.task:
         outputs["logits"] = ["batch", str(c.n_classes)]
-    elif c.arch == "decoder" or model.mlm_head is not None:
+    elif c.traits.decoder_only or model.mlm_head is not None:
         outputs["logits"] = [*seq, str(c.vocab_size)]
     return inputs, outputs
 
@@ -127,7 +127,7 @@ def sample_inputs(model, batch: int, length: int, seed: int = 0) -> dict[str, to
     """Random inputs for the graph: ids in the vocabulary, later rows right-padded (mask 0) by a growing amount."""
     c = model.config
     g = torch.Generator().manual_seed(seed)
-    if c.arch == "vit":
+    if c.traits.vision_only:
         return {"pixel_values": torch.randn(batch, c.num_channels, c.image_size, c.image_size, generator=g)}
     length = min(length, _max_length(model))
     ids = torch.randint(0, c.vocab_size, (batch, length), generator=g)
@@ -135,7 +135,7 @@ def sample_inputs(model, batch: int, length: int, seed: int = 0) -> dict[str, to
     for row in range(1, batch):
         mask[row, max(1, length - 2 * row):] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
-    if c.arch == "encoder-decoder":
+    if c.traits.seq2seq:
         inputs["decoder_input_ids"] = torch.randint(0, c.vocab_size, (batch, max(1, length - 3)), generator=g)
     elif _has_segments(model):
         inputs["token_type_ids"] = (torch.arange(length) >= length // 2).long().expand(batch, length).contiguous()
@@ -150,7 +150,7 @@ def _max_length(model) -> int:
 
 def _dynamic_shapes(model, inputs: dict[str, list[str]]):
     dims = {}
-    longest = _max_length(model) if model.config.arch != "vit" else None
+    longest = _max_length(model) if not model.config.traits.vision_only else None
     for axes in inputs.values():
         for axis in axes:
             if axis in ("batch", "sequence", "source_sequence") and axis not in dims:

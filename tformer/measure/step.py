@@ -176,7 +176,7 @@ def skeleton(config, workload):
     small = config.replace(d_model=d, head_dim=8, d_ff=4 * d, vocab_size=vocab, **ids)
     if config.traits.images:  # at most 3 x 3 patches (10 tokens) of the same size; CLIP's vision tower as thin
         small = small.replace(image_size=config.patch_size * min(config.image_size // config.patch_size, 3))
-        if config.arch == "clip":
+        if config.traits.two_towers:
             dv = 8 * config.vision_n_heads
             small = small.replace(vision_d_model=dv, vision_d_ff=4 * dv)
     short = min(workload.seq, 16)

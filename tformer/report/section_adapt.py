@@ -32,9 +32,9 @@ def methods(d_model: int) -> list[tuple[str, PeftSpec]]:
 def classifier(config):
     """The report's model as a fine-tuning run would hold it: a 2-class sequence classifier (a ViT keeps its own
     head); None for the architectures the fine-tuning methods do not take."""
-    if config.task or config.arch == "vit":
+    if config.task or config.traits.vision_only:
         return config
-    if config.arch in ("encoder", "decoder"):
+    if config.traits.text_encoder or config.traits.decoder_only:
         return config.replace(task="sequence-classification", n_classes=2)
     return None
 
@@ -97,7 +97,7 @@ def build(ctx) -> Section:
             sec.text(f"Not costed here: {line}.")
     else:
         sec.text(f"This model is {config.traits.label}; the fine-tuning methods take encoders, decoders and ViTs.")
-    if config.traits.decoder and not config.traits.recurrent and config.arch == "decoder":
+    if config.traits.decoder_only:
         context = min(config.max_positions - 1, ctx.options.seq or 128)
         rows = quantized_rows(config, ctx.target, context)
         data["quantize"] = {"context": context, "device": ctx.target.name, "rows": rows}

@@ -90,7 +90,7 @@ def finetune_config(origin: Origin, task: str, n_classes: int, pooling: str | No
                            "and question answering need per-token or answer-span labels); use --task "
                            "sequence-classification")
     config = load_config(origin.path if origin.path is not None else origin.name, overrides=overrides)
-    if config.arch not in ("encoder", "decoder"):
+    if not (config.traits.text_encoder or config.traits.decoder_only):
         raise TformerError(f"--from {origin.name} is {config.traits.label}; a classification head goes on an encoder "
                            "or a decoder (e.g. --from all-minilm-l6-v2 or --from gpt2)")
     pooling = pooling or DEFAULT_POOLING.get(origin.name)
