@@ -19,7 +19,23 @@ from __future__ import annotations
 import torch
 
 
-class KVCache:
+class CrossEntries:
+    """Per layer the encoder's projected keys and values (an encoder-decoder's cross-attention): set by the first
+    forward that reads the source, read by every later one. Kept by both cache layouts (``_cross``: one per layer)."""
+
+    _cross: list
+
+    def has_cross(self, layer: int) -> bool:
+        return self._cross[layer] is not None
+
+    def get_cross(self, layer: int):
+        return self._cross[layer]
+
+    def set_cross(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        self._cross[layer] = (k, v)
+
+
+class KVCache(CrossEntries):
     def __init__(self, n_layers: int, max_length: int | None = None, window: int | None = None,
                  buffers: list | None = None, pool=None):
         """buffers: per layer (k, v) tensors of max_length positions to write into instead of allocating
@@ -110,15 +126,6 @@ class KVCache:
         self._state[layer] = state
         if layer == self.n_layers - 1:
             self.length += new_positions
-
-    def has_cross(self, layer: int) -> bool:
-        return self._cross[layer] is not None
-
-    def get_cross(self, layer: int):
-        return self._cross[layer]
-
-    def set_cross(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        self._cross[layer] = (k, v)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (beam search picks which hypotheses survive)."""

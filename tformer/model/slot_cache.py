@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from tformer.model.attention.sliding import in_window
+from tformer.model.cache import CrossEntries
 
 
 def layer_windows(config, n_layers: int) -> tuple[tuple[int, int] | None, ...]:
@@ -34,7 +35,7 @@ def layer_windows(config, n_layers: int) -> tuple[tuple[int, int] | None, ...]:
     return tuple((config.attention_options(i).window, config.attention_options(i).dilation) for i in range(n_layers))
 
 
-class SlotCache:
+class SlotCache(CrossEntries):
     """Preallocated keys and values of ``rows`` sequences (see the module docstring for the layout)."""
 
     preallocated = True
@@ -115,16 +116,6 @@ class SlotCache:
             self.lengths.add_(t)
             self.positions.add_(t)
         return kb, vb
-
-    # Cross-attention entries (an encoder-decoder's source, projected once) --------------------------
-    def has_cross(self, layer: int) -> bool:
-        return self._cross[layer] is not None
-
-    def get_cross(self, layer: int):
-        return self._cross[layer]
-
-    def set_cross(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        self._cross[layer] = (k, v)
 
     def cross_entries(self) -> list:
         return list(self._cross)
