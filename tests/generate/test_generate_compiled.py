@@ -110,7 +110,7 @@ def test_rewind_then_step_equals_eager():
     ({"attn_impl": "linear"}, "exact or sliding-window attention"),
     ({"position": "rope", "rope_scaling": "dynamic", "rope_factor": 2.0}, "dynamic NTK"),
 ])
-def test_models_the_static_step_cannot_run_are_refused_in_one_line(settings, words):
+def test_models_the_compiled_step_cannot_run_are_refused_in_one_line(settings, words):
     model = model_for(**settings)
     with pytest.raises(TformerError, match=words) as err:
         generate(model, [[1, 2]], max_new_tokens=2, compile="eager")
