@@ -158,25 +158,41 @@ def prompt_for(i: int, vocab: int) -> list[int]:
     return [(7 * i + 13 * j + 1) % vocab for j in range(PROMPT_TOKENS)]
 
 
-async def one_request(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Outcome:
+class StreamError(Exception):
+    """A server reported an error inside its stream."""
+
+
+def openai_chunk(data: str) -> int | None:
+    """tformer serve's /v1/completions SSE data -> the tokens it carries; None at [DONE]."""
+    if data == "[DONE]":
+        return None
+    chunk = json.loads(data)
+    if "error" in chunk:
+        raise StreamError(f"stream error: {str(chunk['error'])[:120]}")
+    return sum(len(c.get("token_ids") or []) for c in chunk.get("choices", []))
+
+
+def llama_chunk(data: str) -> int | None:
+    """llama-server's native /completion SSE data: one token per chunk; None at the one with "stop": true."""
+    return None if json.loads(data).get("stop") else 1
+
+
+async def stream_request(client: httpx.AsyncClient, url: str, body: dict, headers: dict, read=openai_chunk) -> Outcome:
+    """One streamed request; ``read`` turns each SSE data line into its token count (None: the stream's end)."""
     start = time.perf_counter()
     last, tokens, ttft, gaps, done = start, 0, None, [], False
     try:
-        async with client.stream("POST", f"{url}/v1/completions", json=body, headers=headers) as r:
+        async with client.stream("POST", url, json=body, headers=headers) as r:
             if r.status_code != 200:
                 text = (await r.aread()).decode(errors="replace")
                 return Outcome(False, error=f"HTTP {r.status_code}: {text[:120]}")
             async for line in r.aiter_lines():
                 if not line.startswith("data:"):
                     continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+                n = read(line[5:].strip())
+                if n is None:
                     done = True
                     break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    return Outcome(False, tokens, ttft, tuple(gaps), f"stream error: {str(chunk['error'])[:120]}")
-                n = sum(len(c.get("token_ids") or []) for c in chunk.get("choices", []))
                 if not n:
                     continue
                 now = time.perf_counter()
@@ -185,38 +201,22 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict, headers: 
                 else:
                     gaps.extend([(now - last) / n] * n)
                 last, tokens = now, tokens + n
+    except StreamError as exc:
+        return Outcome(False, tokens, ttft, tuple(gaps), str(exc))
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         return Outcome(False, tokens, ttft, tuple(gaps), f"{type(exc).__name__}: {str(exc)[:120]}")
-    return Outcome(done, tokens, ttft, tuple(gaps), "" if done else "stream ended without [DONE]")
+    return Outcome(done, tokens, ttft, tuple(gaps), "" if done else "stream ended before its last chunk")
+
+
+async def one_request(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Outcome:
+    return await stream_request(client, f"{url}/v1/completions", body, headers)
 
 
 async def one_llama_request(client: httpx.AsyncClient, url: str, body: dict, headers: dict) -> Outcome:
-    """llama-server's native /completion stream: one chunk per token, the last with "stop": true."""
-    start = time.perf_counter()
-    last, tokens, ttft, gaps, done = start, 0, None, [], False
-    body = {"prompt": body["prompt"], "n_predict": body["max_tokens"], "temperature": 0, "stream": True,
-            "ignore_eos": True, "cache_prompt": True}
-    try:
-        async with client.stream("POST", f"{url}/completion", json=body, headers=headers) as r:
-            if r.status_code != 200:
-                text = (await r.aread()).decode(errors="replace")
-                return Outcome(False, error=f"HTTP {r.status_code}: {text[:120]}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                chunk = json.loads(line[5:].strip())
-                if chunk.get("stop"):
-                    done = True
-                    break
-                now = time.perf_counter()
-                if ttft is None:
-                    ttft = now - start
-                else:
-                    gaps.append(now - last)
-                last, tokens = now, tokens + 1
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        return Outcome(False, tokens, ttft, tuple(gaps), f"{type(exc).__name__}: {str(exc)[:120]}")
-    return Outcome(done, tokens, ttft, tuple(gaps), "" if done else "stream ended without stop")
+    """The same request through llama-server's native /completion (greedy, max_tokens with the end token ignored)."""
+    native = {"prompt": body["prompt"], "n_predict": body["max_tokens"], "temperature": 0, "stream": True,
+              "ignore_eos": True, "cache_prompt": True}
+    return await stream_request(client, f"{url}/completion", native, headers, llama_chunk)
 
 
 async def drive(url: str, clients: int, requests: int, body_for, time_limit: float, headers: dict,

@@ -339,3 +339,17 @@ def test_newcomers_prompts_are_read_together_in_one_forward(monkeypatch):
     assert calls == [sorted(len(p) for p in PROMPTS[:3])]  # [1, 3, 7]: one forward for the three
     for seq in seqs:
         assert seq.tokens == _alone(model, seq.request)
+
+
+def test_the_prefix_store_holds_at_most_its_token_budget_most_recent_first():
+    from tformer.generate.slot_pool import PrefixStore
+
+    store = PrefixStore(max_tokens=30, min_tokens=4)
+    a, b, c = list(range(10)), list(range(100, 115)), list(range(200, 210))
+    for prompt in (a, b):
+        store.add(prompt, [("k", "v")])
+    assert store.longest(a + [99])[1] == 10  # a is now the most recent
+    store.add(c, [("k", "v")])  # 35 tokens > 30: the least recently used (b) goes
+    assert store.tokens == 20 and store.longest(b + [1])[1] == 0 and store.longest(c + [1])[1] == 10
+    store.add(list(range(31)), [("k", "v")])  # longer than the whole budget: not kept
+    assert store.tokens == 20 and store.longest([1, 2, 3, 4, 5]) == (None, 0)  # shorter than min_tokens

@@ -153,3 +153,12 @@ def test_inductor_compiled_decoding_equals_eager_compiles_once_and_reads_current
     flipped = generate(model, PROMPTS, max_new_tokens=6, stop_tokens=[])
     assert flipped.sequences != eager.sequences
     assert generate(model, PROMPTS, max_new_tokens=6, stop_tokens=[], compile=True).sequences == flipped.sequences
+
+
+def test_a_preallocated_cache_refuses_an_attention_mask():
+    from tformer.model.slot_cache import SlotCache
+
+    model = model_for(position="rope")
+    kv = SlotCache.allocate(model.config, model.config.n_layers, 1, 16, torch.float32, "cpu")
+    with pytest.raises(TformerError, match="pass no attention_mask"):
+        model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 2), past_key_values=kv)

@@ -80,6 +80,7 @@ class Sequence:
     _generator: torch.Generator | None = None
     _slot: int = -1  # its row of the KV pool
     _read: int = 0  # prompt tokens read into it so far
+    _next: int = 0  # the token it reads at the next decode step
 
     def cancel(self) -> None:
         """End it at the next step boundary (a client that went away); its rows are freed then."""
@@ -147,10 +148,11 @@ class ContinuousBatcher(WorkQueue):
                 raise TformerError(f"slot_positions (--slot-positions) must be a whole number in [2, {c.max_positions}] (the context "
                                    f"window), got {slot_positions!r}")
             step_fn = compiled_pool_step(model, "inductor" if compile is True else compile) if compile else None
-            self._pool = SlotPool(model, max_batch, columns, PrefixStore(), step_fn, least_rows=2 if compile else 1)
+            # prefix caching keeps at most four rows' worth of prompt keys, whatever the number of rows
+            self._pool = SlotPool(model, max_batch, columns, PrefixStore(4 * columns), step_fn,
+                                  least_rows=2 if compile else 1)
             self._prefilling: list[Sequence] = []
             self._decoding: dict[int, Sequence] = {}  # slot -> the sequence decoding in it
-            self._tokens: dict[int, int] = {}  # slot -> the token it reads at the next step
 
     # Public -------------------------------------------------------------------------------------
     def start(self):
@@ -241,7 +243,7 @@ class ContinuousBatcher(WorkQueue):
         if self._pool is not None:
             for slot in list(self._decoding) + [s._slot for s in self._prefilling]:
                 self._pool.give(slot)
-            self._prefilling, self._decoding, self._tokens = [], {}, {}
+            self._prefilling, self._decoding = [], {}
 
     # The KV pool's path --------------------------------------------------------------------------
     def _pool_round(self, admit: list[Sequence]) -> None:
@@ -272,8 +274,8 @@ class ContinuousBatcher(WorkQueue):
                 pool.remember(seq._slot, seq.request.prompt)
                 tokens, keep = self._advance([seq], logits[seq._slot][None])
                 if keep:
+                    seq._next = int(tokens[0])
                     self._decoding[seq._slot] = seq
-                    self._tokens[seq._slot] = int(tokens[0])
                 else:
                     self._leave(seq)
         if self._decoding:
@@ -282,7 +284,7 @@ class ContinuousBatcher(WorkQueue):
     def _pool_step(self) -> None:
         slots = list(self._decoding)
         t0 = time.perf_counter()
-        logits = self._pool.step(self._tokens, self._pad)
+        logits = self._pool.step({slot: seq._next for slot, seq in self._decoding.items()}, self._pad)
         rows = torch.tensor(slots, device=logits.device)
         seqs = [self._decoding[s] for s in slots]
         self.stats.add_step(len(slots), time.perf_counter() - t0, max(self._pool.used[s] for s in slots))
@@ -290,9 +292,9 @@ class ContinuousBatcher(WorkQueue):
         kept = set(keep)
         for i, seq in enumerate(seqs):
             if i in kept:
-                self._tokens[seq._slot] = int(tokens[i])
+                seq._next = int(tokens[i])
             else:
-                del self._decoding[seq._slot], self._tokens[seq._slot]
+                del self._decoding[seq._slot]
                 self._leave(seq)
 
     def _leave(self, seq: Sequence) -> None:

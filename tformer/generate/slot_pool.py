@@ -55,10 +55,12 @@ def pool_serves(config) -> bool:
 
 
 class PrefixStore:
-    """Keys and values of the last ``capacity`` prompts, by their tokens (copies, on the pool's device)."""
+    """Keys and values of recent prompts, by their tokens (copies, on the pool's device): the most recently used
+    ones, at most ``max_tokens`` tokens of them in all (memory = tokens x layers x 2 x H_kv x D x bytes)."""
 
-    def __init__(self, capacity: int = 16, min_tokens: int = 8):
-        self.capacity, self.min_tokens = capacity, min_tokens
+    def __init__(self, max_tokens: int, min_tokens: int = 8):
+        self.max_tokens, self.min_tokens = max_tokens, min_tokens
+        self.tokens = 0  # held now
         self._entries: OrderedDict[tuple[int, ...], list] = OrderedDict()
         self.hits = self.tokens_saved = 0
 
@@ -82,10 +84,12 @@ class PrefixStore:
 
     def add(self, prompt: list[int], kv: list) -> None:
         key = tuple(prompt)
+        if key in self._entries or len(key) > self.max_tokens:
+            return
         self._entries[key] = kv
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        self.tokens += len(key)
+        while self.tokens > self.max_tokens:
+            self.tokens -= len(self._entries.popitem(last=False)[0])
 
 
 class SlotPool:

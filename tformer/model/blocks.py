@@ -136,6 +136,9 @@ class Stack(nn.Module):
         """
         B, T, _ = h.shape
         if getattr(cache, "preallocated", False):
+            if attention_mask is not None:
+                raise TformerError("a preallocated KV cache holds its padding itself (its keep mask); pass no "
+                                   "attention_mask with it")
             return self._forward_preallocated(h, position_ids, memory, memory_mask, cache, need_weights,
                                               prefix_length, added_positions)
         past = cache.length if cache is not None else 0
@@ -172,7 +175,7 @@ class Stack(nn.Module):
                               added_positions):
         """The same stack over a preallocated cache (tformer.model.slot_cache): positions and masks come from
         the cache's tensors, never from Python numbers, so the shapes are those of the buffers whatever was
-        read, and a compiled forward is traced once. attention_mask is not read: padding is the cache's ``keep``."""
+        read, and a compiled forward is traced once. Padding is the cache's ``keep``, never an attention_mask."""
         if prefix_length is not None:
             raise TformerError("a prefix LM's bidirectional prefix is not kept in a preallocated cache; "
                                "decode it with the growing cache")
