@@ -39,8 +39,7 @@ class SlotCache(CrossEntries):
     """Preallocated keys and values of ``rows`` sequences (see the module docstring for the layout)."""
 
     preallocated = True
-    recurrent = False
-    window = None  # the growing cache's rolling window: never here (windows are masks over full rows)
+    recurrent = False  # as KVCache.recurrent: positions can be rewound (the measured decode step does)
 
     def __init__(self, buffers: list, windows: tuple, lengths: torch.Tensor, positions: torch.Tensor,
                  keep: torch.Tensor, cross: list | None = None, pool=None):
