@@ -164,5 +164,14 @@ def test_the_micro_benchmark_measures_both_paths_at_real_shapes():
     assert all(p.plain_s > 0 and p.path_s > 0 and p.path == "split" for p in points)
 
 
+def test_a_spent_budget_still_measures_one_point(monkeypatch):
+    """A slow machine whose budget is gone before the first timing still saves one point; otherwise its
+    table never covers the thread count and every new shape would tune again."""
+    clock = iter(range(0, 10_000, 100))  # every reading of the clock is 100 s after the last
+    monkeypatch.setattr(linear_tuning.time, "perf_counter", lambda: float(next(clock)))
+    points = linear_tuning.measure([(1, 64, 32), (3, 96, 48)], threads=2, budget_s=0.1, pool_cap=16 << 20)
+    assert [(p.rows, p.n, p.k) for p in points] == [(1, 64, 32)]
+
+
 def test_state_dict_keys_are_nn_linear_s():
     assert list(Linear(4, 3).state_dict()) == list(torch.nn.Linear(4, 3).state_dict())

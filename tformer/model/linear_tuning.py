@@ -66,13 +66,16 @@ def time_point(buffer: torch.Tensor, rows: int, n: int, k: int, threads: int, re
 def measure(shapes, threads: int, budget_s: float | None = None, source: str = "bench",
             pool_cap: int = 256 << 20) -> list[PathPoint]:
     """One point per (rows, n, k) shape at ``threads`` threads; stops early when ``budget_s`` is spent
-    (the points measured so far are kept: nearer shapes then answer, and the rest fall to plain)."""
-    start = time.perf_counter()
+    (the points measured so far are kept, the first always: nearer shapes then answer, and the rest fall
+    to plain)."""
     buffer = torch.empty(pool_bytes(pool_cap) // 4)
     buffer.fill_(1e-3)  # any finite value: uninitialised memory may hold denormals, which are slow
+    start = time.perf_counter()  # the budget is for timing; filling the pool is paid once whatever it is
     points = []
     for rows, n, k in shapes:
-        if budget_s is not None and time.perf_counter() - start > budget_s:
+        # At least one point whatever the budget: a slow or loaded machine that measured nothing would
+        # find its timings missing again at every new shape, and tune again each time.
+        if points and budget_s is not None and time.perf_counter() - start > budget_s:
             break
         points.append(time_point(buffer, rows, n, k, threads, reps=5 if budget_s else 9, source=source))
     return points
