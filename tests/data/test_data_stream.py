@@ -36,6 +36,13 @@ def test_truncated_stream_is_refused(tmp_path):
         TokenStream(tmp_path / "train.bin")
 
 
+def test_ids_outside_the_model_s_vocabulary_are_refused_once_at_the_stream(tmp_path):
+    s = _stream(tmp_path / "train.bin", 300, 256)  # ids 0..255
+    s.check_ids(256)
+    with pytest.raises(TformerError, match=r"token id 255, outside the model's vocabulary \[0, 200\)"):
+        s.check_ids(200)
+
+
 @pytest.fixture
 def data(tmp_path):
     # Distinct ids (uint32) so a window's ids reveal where it starts.

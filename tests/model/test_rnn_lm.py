@@ -102,12 +102,12 @@ def test_reorder_follows_the_rows_and_rewind_refuses():
     cache = runner.new_cache(3)
     with torch.no_grad():
         runner.prefill(cache, ids)
-        runner.reorder(cache, torch.tensor([2, 2, 0]))
+        cache.select(torch.tensor([2, 2, 0]))
         out = runner.step(cache, torch.tensor([1, 1, 1]))
         ref = m(torch.cat([ids[[2, 2, 0]], torch.ones(3, 1, dtype=torch.long)], 1)).logits[:, -1]
     assert torch.allclose(out, ref, atol=1e-5)
     with pytest.raises(TformerError, match="cannot forget"):
-        runner.rewind(cache, 1)
+        cache.rewind(1)
     with pytest.raises(TformerError, match="reads no source"):
         runner.prefill(runner.new_cache(3), ids, source=ids)
 

@@ -168,7 +168,7 @@ def test_rewind_and_compile_refuse_in_one_line():
     runner.prefill(cache, torch.tensor([[1]]), source=torch.tensor([[4, 5]]))
     assert cache.nbytes == (2 * 2 * 7 + 2 * 2 * 7) * 4  # h and c of 2 layers, memory and keys of 2 positions
     with pytest.raises(TformerError, match="cannot forget tokens"):
-        runner.rewind(cache, 1)
+        cache.rewind(1)
     with pytest.raises(TformerError, match="recurrent model") as err:
         check_compilable(m.config)
     assert "\n" not in str(err.value)

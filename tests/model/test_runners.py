@@ -1,7 +1,7 @@
 """The runners: one per architecture, the only object train/, generate/ and measure/ drive a model by.
 
 For each architecture: prefill + step with the cache give the logits of a full forward pass
-without one; reorder and rewind do what beam search and the decode profile need; the loss is the
+without one; the cache's select and rewind do what beam search and the decode profile need; the loss is the
 model's own; and runner_for picks the right runner.
 """
 
@@ -11,8 +11,8 @@ import torch
 from tformer.core.config import ARCH_TRAITS, ModelConfig
 from tformer.core.errors import TformerError
 from tformer.model import build
+from tformer.model.records import runner_class
 from tformer.model.runners import (
-    RUNNERS,
     Batch,
     DecoderRunner,
     EncoderDecoderRunner,
@@ -96,9 +96,9 @@ def test_left_padded_prefill_equals_each_prompt_alone():
 
 @pytest.mark.parametrize("kv", [True, False], ids=["kv", "nokv"])
 @pytest.mark.parametrize("arch", GENERATING)
-def test_reorder_keeps_the_chosen_rows(arch, kv):
-    """After reorder(index), each row continues exactly as row index[i] would have. Beam search
-    reorders only among the beams of one input, so a seq2seq model's rows share one source here."""
+def test_select_within_inputs_keeps_the_chosen_rows(arch, kv):
+    """After select(index, within_inputs=True), each row continues exactly as row index[i] would have. Beam
+    search moves rows only among the beams of one input, so a seq2seq model's rows share one source here."""
     model = model_for(arch)
     runner = runner_for(model)
     g = torch.Generator().manual_seed(3)
@@ -109,7 +109,7 @@ def test_reorder_keeps_the_chosen_rows(arch, kv):
     with torch.no_grad():
         cache = runner.new_cache(3, 8, kv=kv)
         runner.prefill(cache, tokens, source=source)
-        runner.reorder(cache, index)
+        cache.select(index, within_inputs=True)
         got = runner.step(cache, nxt)
     want = full_logits(model, torch.cat([tokens[index], nxt[:, None]], 1),
                        None if source is None else source[index])[:, -1]
@@ -117,7 +117,7 @@ def test_reorder_keeps_the_chosen_rows(arch, kv):
 
 
 @pytest.mark.parametrize("arch", GENERATING)
-def test_expand_gives_each_input_its_beams(arch):
+def test_select_gives_each_input_its_beams(arch):
     model = model_for(arch)
     runner = runner_for(model)
     g = torch.Generator().manual_seed(4)
@@ -127,7 +127,7 @@ def test_expand_gives_each_input_its_beams(arch):
     with torch.no_grad():
         cache = runner.new_cache(2, 6)
         first = runner.prefill(cache, tokens, source=source)
-        runner.expand(cache, expand)
+        cache.select(expand)
         got = runner.step(cache, torch.arange(6) + 1)
     assert cache.rows == 6
     want = full_logits(model, torch.cat([tokens[expand], (torch.arange(6) + 1)[:, None]], 1),
@@ -152,7 +152,7 @@ def test_rewind_reads_the_same_position_again(arch, context, static):
         cache = runner.new_cache(2, context + 1 if static else None)
         runner.prefill(cache, prompt, source=source)
         runner.step(cache, a)
-        runner.rewind(cache, 1)
+        cache.rewind(1)
         assert cache.kv.length == context
         again = runner.step(cache, b)
         fresh = runner.new_cache(2, context + 1 if static else None)
@@ -169,7 +169,7 @@ def test_rewind_without_kv_cache_drops_tokens():
         cache = runner.new_cache(1, kv=False)
         runner.prefill(cache, ids)
         runner.step(cache, torch.tensor([4]))
-        runner.rewind(cache, 2)
+        cache.rewind(2)
         got = runner.step(cache, torch.tensor([9]))
     assert cache.ids.tolist() == [[1, 2, 9]]
     assert torch.allclose(got, full_logits(model, torch.tensor([[1, 2, 9]]))[:, -1], atol=1e-5)
@@ -215,7 +215,7 @@ def test_runner_for_each_architecture(arch, cls):
     traits = ARCH_TRAITS[arch]
     assert runner.generates == traits.decoder and runner.takes_source == traits.seq2seq
     assert runner.phases == traits.phases and runner.label == traits.label
-    assert set(RUNNERS) == set(ARCH_TRAITS)  # every architecture has a runner
+    assert runner_class(arch) is cls  # the runner the arch's record names
 
 
 def test_runner_for_rejects_other_modules_and_encoders_do_not_generate():

@@ -18,7 +18,7 @@ from torch import nn
 
 from tformer.core.errors import TformerError
 from tformer.cost.peft import match_paths
-from tformer.model.linear import Linear, linear
+from tformer.model.linear import Linear
 
 
 class LoraLinear(Linear):
@@ -47,7 +47,7 @@ class LoraLinear(Linear):
         return (self.lora_B.weight @ self.lora_A.weight) * self.scaling
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = linear(x, self.weight, self.bias)
+        out = super().forward(x)  # the base product, on the path chosen for it (tformer.model.path_choice)
         if self.merged:
             return out
         return out + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling

@@ -43,10 +43,11 @@ def _ones_before(mask: torch.Tensor | None, width: int) -> torch.Tensor | None:
 
 
 def _check_model(model: nn.Module, method: str) -> None:
-    arch = getattr(getattr(model, "config", None), "arch", None)
-    if arch not in ("encoder", "decoder"):
-        raise TformerError(f"{method} tuning is built for encoder and decoder models, not arch '{arch}'; "
-                           "use lora or adapter")
+    config = getattr(model, "config", None)
+    traits = getattr(config, "traits", None)
+    if traits is None or not (traits.decoder_only or traits.text_encoder):
+        raise TformerError(f"{method} tuning is built for encoder and decoder models, not arch "
+                           f"'{getattr(config, 'arch', None)}'; use lora or adapter")
 
 
 class PromptTuning(nn.Module):

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from tformer.core.attention_kinds import ATTN_KINDS
+from tformer.core.errors import TformerError
 from tformer.core.inputs import Bounds
 from tformer.cost.layout import Layout, parse_zero
 from tformer.cost.ledger import Workload
@@ -62,6 +63,7 @@ WORKLOAD_NUMBERS = {
     "batch": _SIZE, "seq": _SIZE, "seq_decoder": _SIZE, "context": Bounds(0, MAX_SIZE, integer=True),
     # Below a millionth of the roofs, predicted times only measure the flag, not the model.
     "efficiency": Bounds(1e-6, 1, note="the fraction of the roofs reached; 1 is the ideal roofline"),
+    "loss_chunk": Bounds(0, MAX_SIZE, integer=True),
     **{name: Bounds(0 if name in ("attn_global", "attn_random") else 1, MAX_SIZE, integer=True)
        for _, name, _ in _ATTN_FLAGS},
 }
@@ -87,6 +89,9 @@ def add_workload_arguments(parser) -> None:
     parser.add_argument("--attention-flops", default="full", choices=["full", "causal"],
                         help="full s x s (FlopCounterMode; default) or only causal query-key pairs (labelled)")
     parser.add_argument("--fused-attention", action="store_true", help="no materialised s x s score matrix (flash)")
+    parser.add_argument("--loss-chunk", type=int, default=0, metavar="ROWS",
+                        help="train: the LM loss forms its logits ROWS positions at a time, forward and backward "
+                             "(`tformer train --loss-chunk`); default 0: all at once")
     parser.add_argument("--hardware", metavar="NAME|FILE", help="device from the spec table, a JSON file, or 'measured'")
     parser.add_argument("--efficiency", type=float, default=1.0, help="fraction of the roofs reached (default 1: ideal)")
     parser.add_argument("--json", action="store_true", help="machine-readable output with exact integers")
@@ -152,10 +157,14 @@ def load_config(args):
 
 def load_workload(args, config):
     seq = args.seq if args.seq is not None else config.max_positions
+    if args.loss_chunk and args.phase != "train":
+        raise TformerError(f"--loss-chunk chunks the training loss's logits; it has no effect on --phase {args.phase}, "
+                           "so add --phase train or drop it")
     return Workload(phase=args.phase, batch=args.batch, seq=seq, context=args.context, seq_decoder=args.seq_decoder,
                     dtype=args.dtype, optimizer=args.optimizer, mixed_precision=args.mixed_precision,
                     fp32_grads=args.fp32_grads, checkpointing=args.checkpointing,
-                    attention_flops=args.attention_flops, materialize_scores=not args.fused_attention)
+                    attention_flops=args.attention_flops, materialize_scores=not args.fused_attention,
+                    loss_chunk=args.loss_chunk)
 
 
 def load_device(spec):

@@ -3,6 +3,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 from tformer.cli._cost_common import (
     LAYOUT_NUMBERS,
@@ -33,6 +34,7 @@ from tformer.core.inputs import Bounds
 from tformer.core.objectives import OBJECTIVES, objective_config
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
+from tformer.cost.memory import vocabulary_bytes
 from tformer.cost.roofline import roofline
 from tformer.cost.scaling import activation_alternatives
 
@@ -68,6 +70,7 @@ def run(args) -> int:
     if args.efficiency != 1.0 and device is None:
         raise TformerError("--efficiency scales the roofline; give --hardware too")
     alternatives = activation_alternatives(config, workload)
+    unchunked = _without_loss_chunk(config, workload)
     course = course_flops(lg) if args.convention == "course" else None
     layout = load_layout(args, config, workload)
     par = layout_summary(args, config, workload, layout, device, roof)
@@ -76,6 +79,9 @@ def run(args) -> int:
         out = lg.to_dict(include_ops=True)
         if alternatives:
             out["memory"]["activations_alternatives"] = alternatives
+        out["memory"].update(_vocabulary(lg))
+        if unchunked is not None:
+            out["memory"]["without_loss_chunk"] = unchunked
         if course is not None:
             out["flops"]["course_assignment"] = course
             out["conventions"]["course_assignment"] = _COURSE_NOTE
@@ -103,7 +109,7 @@ def run(args) -> int:
         console().print(f"objective [bold]{added['name']}[/]: {added['changes']}; adds "
                         f"{fmt.params(added['params'], word=True)} and {fmt.flops(added['flops'])} per step "
                         f"({fmt.flops(added['matmul_flops'])} matmul)")
-    _print_tables(lg, roof, alternatives, course, args.ops)
+    _print_tables(lg, roof, alternatives, course, args.ops, unchunked)
     if sizes is not None:
         size_table(console(), config, workload, sizes)
     if args.fusion:
@@ -111,6 +117,21 @@ def run(args) -> int:
     if not layout.single or "devices_needed" in par:
         print_parallel(par, workload)
     return 0
+
+
+def _without_loss_chunk(config, workload) -> dict | None:
+    """With --loss-chunk, the same training step's memory with the whole logits at once, to set beside it."""
+    if not (workload.training and workload.loss_chunk):
+        return None
+    plain = ledger(config, replace(workload, loss_chunk=0))
+    m = plain.memory
+    return {"logits": m["logits"], "activations": m["activations"], "total": m["total"], **_vocabulary(plain)}
+
+
+def _vocabulary(lg) -> dict:
+    """The (tokens x vocabulary) part of the memory (cost.memory.vocabulary_bytes) and its share of the total."""
+    part, total = vocabulary_bytes(lg), lg.memory["total"]
+    return {"logits_and_loss": part, "logits_share": part / total if total else 0.0}
 
 
 def _objective_adds(name: str, base, trained) -> dict:
@@ -161,7 +182,7 @@ def task_head_line(lg) -> str:
             f"{'' if head.bias else ' (no bias)'}, {params:,} parameters, in place of the LM head")
 
 
-def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
+def _print_tables(lg, roof, alternatives, course, show_ops, unchunked=None) -> None:
     from rich.table import Table  # deferred: --json output never loads rich
 
     con = console()
@@ -216,7 +237,16 @@ def _print_tables(lg, roof, alternatives, course, show_ops) -> None:
     t.add_column("what")
     t.add_column("bytes", justify="right")
     for key in ("weights", "gradients", "optimizer", "activations", "kv_cache", "logits", "total"):
-        t.add_row(key.replace("_", " "), fmt.nbytes_gb(m[key]))
+        label = f"logits ({w.loss_chunk:,} rows at a time)" if key == "logits" and w.training and w.loss_chunk else key
+        t.add_row(label.replace("_", " "), fmt.nbytes_gb(m[key]))
+    if w.training:
+        vocab = _vocabulary(lg)
+        t.add_row("  logits + what the loss keeps (share of total)",
+                  f"{fmt.nbytes_gb(vocab['logits_and_loss'])} ({vocab['logits_share']:.1%})")
+    if unchunked is not None:
+        t.add_row("  the same without --loss-chunk (its total)",
+                  f"{fmt.nbytes_gb(unchunked['logits_and_loss'])} ({unchunked['logits_share']:.1%}; total "
+                  f"{fmt.nbytes_gb(unchunked['total'])})")
     if w.training:
         t.add_row("bytes per parameter", ", ".join(f"{k} {v} B" for k, v in m["bytes_per_param"].items()))
         for key, v in alternatives.items():

@@ -25,8 +25,9 @@ DEFAULTS = {"from_": "all-minilm-l6-v2", "task": "sequence-classification", "poo
 RUN_DEFAULTS = {"max_steps": 300, "batch_size": 16, "lr": None, "warmup": 30, "weight_decay": 0.01,
                 "eval_interval": 100, "eval_batches": 20, "log_interval": 10, "ckpt_interval": 100}
 LR = {"full": 5e-5, "prompt": 1e-2, "prefix": 1e-2}  # every other method: 1e-3
-# TrainArgs fields this command does not offer: an LM's label smoothing, samples, and the multi-process switches.
-NOT_OFFERED = ("out", "label_smoothing", "sample_interval", "compile", "activation_checkpointing", "fsdp")
+# TrainArgs fields this command does not offer: an LM's label smoothing and chunked loss, samples, and the multi-process
+# switches.
+NOT_OFFERED = ("out", "label_smoothing", "loss_chunk", "sample_interval", "compile", "activation_checkpointing", "fsdp")
 RESULT_FILE = "finetune.json"
 ADAPTER_DIR = "adapter"  # adapter_config.json + adapter_model.safetensors of what trained (not for --method full)
 
@@ -62,7 +63,8 @@ def add_arguments(p) -> None:
     r.add_argument("--out", default="runs/finetune", help="output directory (checkpoints, metrics, final weights)")
     r.add_argument("--resume", action="store_true",
                    help="continue the run in --out exactly where it stopped; only "
-                        + ", ".join("--" + f.replace("_", "-") for f in RESUME_MAY_CHANGE) + " may change")
+                        + ", ".join("--" + f.replace("_", "-") for f in RESUME_MAY_CHANGE if f not in NOT_OFFERED)
+                        + " may change")
     for field in fields(TrainArgs):
         if field.name not in NOT_OFFERED:
             default = RUN_DEFAULTS.get(field.name, field.default)

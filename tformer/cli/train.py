@@ -60,6 +60,10 @@ def add_arguments(p) -> None:
     run.add_argument("--beta2", type=float)
     run.add_argument("--grad-clip", type=float, help="max gradient norm (0 = off)")
     run.add_argument("--label-smoothing", type=float)
+    run.add_argument("--loss-chunk", type=int, metavar="ROWS",
+                     help="form the LM head's logits ROWS token positions at a time, forward and backward: the same "
+                          "loss and gradients without the whole (tokens x vocabulary) logits in memory (decoder-only "
+                          "models; default 0: all at once)")
     run.add_argument("--eval-interval", type=int)
     run.add_argument("--eval-batches", type=int)
     run.add_argument("--log-interval", type=int)

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tformer.core.arch_traits import ARCH_FIELDS, ARCH_TRAITS, ARCHS, CLIP_LOGIT_SCALE, ArchTraits
+from tformer.core.architectures import (  # noqa: F401 (ARCH_RECORDS, ARCH_TRAITS: re-exported for callers)
+    ARCH_FIELDS, ARCH_RECORDS, ARCH_TRAITS, ARCHS, CLIP_LOGIT_SCALE, ArchRecord, arch_record)
 from tformer.core.attention_kinds import ATTN_IMPLS, ATTN_KINDS, AttnOptions
 from tformer.core.errors import TformerError
-from tformer.core.files import FileFormatError, described, read_json
+from tformer.core.files import FileFormatError, read_json
+from tformer.core.config_values import choice as _choice, coerce as _coerce, divisor_near as _divisor_near
+from tformer.core.config_values import quoted as _quoted, whole as _whole
 from tformer.core.presets import PRESETS
 
 
@@ -26,8 +29,11 @@ CELLS = ("lstm", "gru", "rnn")  # tformer.model.rnn: LSTM, GRU, Elman (tanh)
 # arch='rnn-seq2seq': how the decoder reads the encoder (tformer.model.rnn_seq2seq)
 RNN_ATTENTIONS = ("bahdanau", "luong-dot", "luong-general", "none")
 POSITIONS = ("learned", "sinusoidal", "rope", "alibi", "relative", "none")
-NORMS = ("layernorm", "rmsnorm")
-PLACEMENTS = ("pre", "post")
+# rmsnorm_offset: x / rms(x) * (1 + w), its weight starting at 0 (Gemma's; checkpoints store w)
+NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
+# sandwich: pre-norm, and a norm on each sublayer's output before the residual add (Gemma 2 and 3)
+PLACEMENTS = ("pre", "post", "sandwich")
+LAYER_TYPES = ("full", "sliding")  # layer_types: every key, or the last attn_window keys
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu")  # quick_gelu: x * sigmoid(1.702 x) (CLIP)
 ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")
 # Task heads in place of the LM head (tformer.model.task_heads), as Hugging Face's *ForSequenceClassification,
@@ -65,16 +71,17 @@ DERIVED = {
     "n_decoder_layers": lambda c: c.n_layers if c.traits.seq2seq else None,
     "cell": lambda c: "lstm" if c.traits.recurrent else None,
     "d_hidden": lambda c: c.d_model if c.traits.recurrent else None,
-    "rnn_attention": lambda c: "bahdanau" if c.arch == "rnn-seq2seq" else None,
-    "rnn_input_feeding": lambda c: True if c.arch == "rnn-seq2seq" else None,
+    # An architecture-specific field's default applies where the architecture accepts the field.
+    "rnn_attention": lambda c: "bahdanau" if "rnn_attention" in c.traits.fields else None,
+    "rnn_input_feeding": lambda c: True if "rnn_input_feeding" in c.traits.fields else None,
     "image_size": lambda c: 224 if c.traits.images else None,
     "patch_size": lambda c: 16 if c.traits.images else None,
     "num_channels": lambda c: 3 if c.traits.images else None,
-    "vision_n_layers": lambda c: c.n_layers if c.arch == "clip" else None,
-    "vision_d_model": lambda c: c.d_model if c.arch == "clip" else None,
-    "vision_n_heads": lambda c: c.n_heads if c.arch == "clip" else None,
-    "vision_d_ff": lambda c: c.d_ff if c.arch == "clip" else None,
-    "projection_dim": lambda c: c.d_model if c.arch == "clip" else None,
+    "vision_n_layers": lambda c: c.n_layers if "vision_n_layers" in c.traits.fields else None,
+    "vision_d_model": lambda c: c.d_model if "vision_d_model" in c.traits.fields else None,
+    "vision_n_heads": lambda c: c.n_heads if "vision_n_heads" in c.traits.fields else None,
+    "vision_d_ff": lambda c: c.d_ff if "vision_d_ff" in c.traits.fields else None,
+    "projection_dim": lambda c: c.d_model if "projection_dim" in c.traits.fields else None,
     "pooling": lambda c: ("last" if c.traits.decoder else "cls") if c.task == "sequence-classification" else None,
     "quant_group": lambda c: 32 if "int4" in (c.quantize, c.quantize_head) else None,
     "quantize_head": lambda c: c.quantize,
@@ -114,6 +121,7 @@ class ModelConfig:
     rope_beta_fast: float = 32.0  # YaRN: rotations per trained context above which a frequency is kept
     rope_beta_slow: float = 1.0  # YaRN: ... below which it is interpolated fully
     rope_attention_factor: float | None = None  # YaRN: cos/sin scale; None = 0.1 ln(factor) + 1
+    rope_local_theta: float | None = None  # RoPE base of the sliding layers (Gemma 3: 10,000); None = rope_theta
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
 
@@ -122,6 +130,7 @@ class ModelConfig:
     norm_eps: float = 1e-5
     final_norm: bool = True  # a norm after the last layer of each stack
     embedding_norm: bool = False  # a norm right after the embeddings (BERT, BART)
+    qk_norm: bool = False  # a norm over each head's query and key before RoPE (Gemma 3)
 
     activation: str = "gelu"
     gated_mlp: bool = False  # act(gate(x)) * up(x): SwiGLU when activation is silu
@@ -189,6 +198,11 @@ class ModelConfig:
     attn_impl: str = "sdpa"  # sdpa = fast path; reference = step by step, returns weights
     attn_window: int | None = None  # sliding / strided / longformer: keys in each query's window
     attn_dilation: int | list[int] = 1  # gap between window keys; a list gives one per layer
+    # Per layer "full" (attn_impl over every key) or "sliding" (the last attn_window keys): Gemma 3's five local
+    # layers to one global. None: every layer runs attn_impl.
+    layer_types: list[str] | None = None
+    attn_scale_dim: int | None = None  # scores / sqrt(this) (Gemma's query_pre_attn_scalar); None = head_dim
+    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2; large Gemma 3)
     attn_global: int = 0  # longformer / bigbird: leading tokens that see and are seen by every token
     attn_block: int = 64  # tile, chunk, block or bucket size in tokens (the kinds' rows say which read it)
     attn_random: int = 3  # bigbird: random key blocks per query block (fixed at init)
@@ -215,8 +229,9 @@ class ModelConfig:
             setattr(self, name, DERIVED[name](self))
 
     @property
-    def traits(self) -> ArchTraits:
-        return ARCH_TRAITS[self.arch]
+    def traits(self) -> ArchRecord:
+        """What the architecture is (tformer.core.architectures): ask this, never ``arch``'s name."""
+        return arch_record(self.arch)
 
     @property
     def has_encoder(self) -> bool:
@@ -247,7 +262,8 @@ class ModelConfig:
         if self.rnn_input_feeding is not None and not isinstance(self.rnn_input_feeding, bool):
             raise TformerError(f"rnn_input_feeding must be true or false, got {self.rnn_input_feeding!r}")
         attention = self.rnn_attention or "bahdanau"
-        if self.rnn_input_feeding is False and self.arch == "rnn-seq2seq" and not attention.startswith("luong"):
+        feeding = "rnn_input_feeding" in self.traits.fields  # Luong's decoder can read its last output
+        if self.rnn_input_feeding is False and feeding and not attention.startswith("luong"):
             raise TformerError(f"rnn_input_feeding is Luong's; rnn_attention='{attention}' has none to turn off "
                                "(drop rnn_input_feeding, or use luong-dot / luong-general)")
 
@@ -296,6 +312,7 @@ class ModelConfig:
             if not 0 < getattr(self, name) < math.inf:
                 raise TformerError(f"{name} must be a finite positive number, got {getattr(self, name)}")
         self._validate_attention()
+        self._validate_layer_types()
         self._validate_rope_scaling()
         self._validate_images()
         self._validate_task()
@@ -331,7 +348,7 @@ class ModelConfig:
         if "attn_window" in kind.options and self.attn_window is None:
             raise TformerError(f"attn_impl='{self.attn_impl}' needs attn_window (keys each query sees), "
                                "e.g. --set attn_window=256")
-        if not kind.causal and (self.traits.decoder or self.arch == "clip"):  # CLIP's text tower is causal
+        if not kind.causal and (self.traits.decoder or self.traits.two_towers):  # CLIP's text tower is causal
             able = ", ".join(n for n, k in ATTN_KINDS.items() if k.causal)
             raise TformerError(f"attn_impl='{self.attn_impl}' cannot be causal ({kind.computed}, so every query "
                                f"would see later tokens); use it in an encoder (arch='encoder'), or choose one of: {able}")
@@ -374,7 +391,7 @@ class ModelConfig:
         if self.task == "question-answering" and self.n_classes not in (0, 2):
             raise TformerError(f"task='question-answering' scores a start and an end per token (2 outputs), not "
                                f"n_classes={self.n_classes}; drop n_classes")
-        if self.n_classes and not self.task and self.arch in ("encoder", "decoder"):
+        if self.n_classes and not self.task and "task" in self.traits.fields:
             raise TformerError("n_classes sizes a task head; set task='sequence-classification' or "
                                "'token-classification' with it")
 
@@ -410,7 +427,7 @@ class ModelConfig:
         """arch='clip': its vision tower as a ViT config (features only: no classifier, no final norm over every
         token: CLIP normalises the pooled [CLS] state alone), with the pre-norm over the embeddings and a patch
         projection without bias, as the released models have."""
-        if self.arch != "clip":
+        if not self.traits.two_towers:
             raise TformerError(f"{self.traits.label} has no vision tower; vision_tower() is for arch='clip'")
         return ModelConfig(
             arch="vit", n_layers=self.vision_n_layers, d_model=self.vision_d_model, n_heads=self.vision_n_heads,
@@ -441,13 +458,48 @@ class ModelConfig:
                                "beta_fast counts the faster rotations (YaRN's defaults: 32 and 1)")
 
     def attention_options(self, layer: int) -> AttnOptions:
-        """The attention settings of layer ``layer`` (its dilation when attn_dilation lists one per layer)."""
+        """The attention settings of layer ``layer`` (its dilation when attn_dilation lists one per layer; its kind
+        and window when layer_types gives each layer's)."""
         d = self.attn_dilation
-        return AttnOptions(kind=self.attn_impl, layer=layer, window=self.attn_window,
+        kind, window = self.attn_impl, self.attn_window
+        if self.layer_types is not None:
+            kind, window = ("sliding", window) if self.layer_types[layer] == "sliding" else (kind, None)
+        return AttnOptions(kind=kind, layer=layer, window=window,
                            dilation=d[layer] if isinstance(d, list) else d, global_tokens=self.attn_global,
                            block=self.attn_block, random=self.attn_random, features=self.attn_features,
                            proj=self.attn_proj, hashes=self.attn_hashes, seed=self.attn_seed,
                            max_positions=self.max_positions)
+
+    def rope_base(self, layer: int) -> float:
+        """Layer ``layer``'s RoPE base: rope_local_theta on a sliding layer where it is set, else rope_theta."""
+        sliding = self.layer_types is not None and self.layer_types[layer] == "sliding"
+        return self.rope_local_theta if sliding and self.rope_local_theta is not None else self.rope_theta
+
+    def _validate_layer_types(self) -> None:
+        for name in ("rope_local_theta", "logit_softcap"):
+            if getattr(self, name) is not None and not 0 < getattr(self, name) < math.inf:
+                raise TformerError(f"{name} must be a finite positive number, got {getattr(self, name)}")
+        if self.attn_scale_dim is not None:
+            _whole("attn_scale_dim", self.attn_scale_dim, low=1)
+        types = self.layer_types
+        if types is None:
+            if self.rope_local_theta is not None:
+                raise TformerError("rope_local_theta is the RoPE base of sliding layers; give layer_types too")
+            return
+        if not self.traits.decoder_only:
+            raise TformerError(f"layer_types sets a decoder-only model's layers; {self.traits.label} has none to set")
+        if len(types) != self.n_layers:
+            raise TformerError(f"layer_types lists {len(types)} layers for n_layers={self.n_layers}; give one per layer")
+        for t in types:
+            _choice("layer_types", t, LAYER_TYPES)
+        if ATTN_KINDS[self.attn_impl].family != "exact":
+            raise TformerError(f"layer_types gives each layer its kind (sliding, or attn_impl over every key); "
+                               f"attn_impl='{self.attn_impl}' is not exact: use sdpa or reference")
+        if "sliding" in types and self.attn_window is None:
+            raise TformerError("layer_types has sliding layers: set attn_window (the keys each of their queries sees)")
+        if "sliding" in types and self.attn_window > self.max_positions:
+            raise TformerError(f"attn_window={self.attn_window} is larger than the context (max_positions="
+                               f"{self.max_positions}): its sliding layers would be global; lower attn_window")
 
     # Conversions ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -513,71 +565,6 @@ def read_config_json(path: str | Path) -> dict[str, Any]:
     nested or non-JSON file or a non-object."""
     return read_json(path, "config file", max_bytes=MAX_CONFIG_BYTES,
                      fix="pass the path of a JSON config (a preset name, a tformer or Hugging Face config.json)")
-
-
-_SPELLED = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "a string",
-            "list[int]": "a list of whole numbers", "None": "null"}
-
-
-def _coerce(name: str, type_name: Any, value: Any) -> Any:
-    """Check a value against its field's type (given as a string under PEP 563, e.g. "int | None"); a value of
-    another JSON type is refused here, naming the key, rather than failing later in arithmetic."""
-    kinds = [k.strip() for k in str(type_name).split("|")]
-    expected = " or ".join(_SPELLED.get(k, k) for k in kinds)
-    if value is None:
-        if "None" in kinds:
-            return None
-        raise TformerError(f"{name} cannot be null; give {expected}")
-    if "list[int]" in kinds and isinstance(value, list):
-        for item in value:
-            if isinstance(item, bool) or not isinstance(item, int):
-                raise TformerError(f"{name} must hold whole numbers, got {described(item)} in its list")
-        return list(value)
-    if "bool" in kinds and isinstance(value, bool):
-        return value
-    if "int" in kinds and not isinstance(value, bool):
-        # 4.0 is the whole number 4 (JSON writers differ on this); 4.5, NaN and Infinity are not
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, int):
-            return value
-    if "float" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except OverflowError:
-            raise TformerError(f"{name} is {described(value)}, beyond the range of a number; give a smaller "
-                               "value") from None
-    if "str" in kinds and isinstance(value, str):
-        return value
-    raise TformerError(f"{name} must be {expected}, got {described(value)}")
-
-
-def _quoted(value: Any) -> str:
-    """'value' for a short printable name, else how its file spells it (a 1 MB string stays out of the message)."""
-    if isinstance(value, str) and len(value) <= 40 and value.isprintable():
-        return f"'{value}'"
-    return described(value)
-
-
-def _choice(name: str, value: Any, options: tuple[str, ...]) -> None:
-    if not isinstance(value, str) or value not in options:
-        hint = difflib.get_close_matches(value, [o for o in options if o], n=1) if isinstance(value, str) else []
-        extra = f" (did you mean '{hint[0]}'?)" if hint else ""
-        raise TformerError(f"{name}={_quoted(value)} is unknown{extra}; choose one of: "
-                           f"{', '.join(repr(o) if not o else o for o in options)}")
-
-
-def _whole(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TformerError(f"{name} must be a whole number, got {value!r}")
-    if value < low:
-        raise TformerError(f"{name} must be at least {low}, got {value}")
-
-
-def _divisor_near(n: int, k: int) -> int:
-    # Divisors come in pairs (d, n // d) with d <= sqrt(n): O(sqrt n), so a huge d_model does not hang the error.
-    small = [d for d in range(1, min(math.isqrt(n), 10 ** 6) + 1) if n % d == 0]
-    return min(small + [n // d for d in small], key=lambda d: abs(d - k))
 
 
 # Presets (the data: tformer.core.presets) -----------------------------------------------

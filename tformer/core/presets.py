@@ -29,6 +29,20 @@ _T5 = dict(arch="encoder-decoder", vocab_size=32128, max_positions=512, position
 _LLAMA = dict(arch="decoder", vocab_size=32000, max_positions=2048, position="rope", norm="rmsnorm",
               norm_placement="pre", norm_eps=1e-6, activation="silu", gated_mlp=True, bias=False,
               tied_embeddings=False, bos_token_id=1, eos_token_id=2)
+# Gemma 3 (Gemma Team 2025; google/gemma-3-270m and -1b-pt config.json): five sliding-window layers (512 keys,
+# RoPE base 10,000) then one global (base 1,000,000), q/k norms, sandwich norms scaled by 1 + w, GeGLU (tanh),
+# embeddings * sqrt(d), head_dim 256 whatever d_model is, scores / sqrt(256), a 262,144-token vocabulary.
+_GEMMA3 = dict(arch="decoder", vocab_size=262144, max_positions=32768, position="rope", rope_theta=1_000_000.0,
+               rope_local_theta=10_000.0, attn_window=512, norm="rmsnorm_offset", norm_placement="sandwich",
+               norm_eps=1e-6, qk_norm=True, activation="gelu_tanh", gated_mlp=True, bias=False, tied_embeddings=True,
+               scale_embeddings=True, n_kv_heads=1, head_dim=256, attn_scale_dim=256, pad_token_id=0, bos_token_id=2,
+               eos_token_id=1)
+
+
+def _gemma3_layers(n: int) -> list[str]:
+    return ["full" if (i + 1) % 6 == 0 else "sliding" for i in range(n)]
+
+
 _VASWANI = dict(arch="encoder-decoder", vocab_size=37000, max_positions=1024, position="sinusoidal",
                 norm="layernorm", norm_placement="post", final_norm=False, activation="relu", bias=True,
                 tied_embeddings=True, scale_embeddings=True, norm_eps=1e-6)
@@ -89,6 +103,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                        rope_theta=10000.0, norm_eps=1e-5, attn_impl="sliding", attn_window=4096),
     **{f"vit-{size}-{patch}": dict(_VIT, n_layers=n, d_model=d, n_heads=h, d_ff=f, patch_size=patch)
        for size, (n, d, h, f) in _VIT_SIZES.items() for patch in (16, 32)},
+    "gemma3-270m": dict(_GEMMA3, n_layers=18, d_model=640, n_heads=4, d_ff=2048, layer_types=_gemma3_layers(18)),
+    "gemma3-1b": dict(_GEMMA3, n_layers=26, d_model=1152, n_heads=4, d_ff=6912, layer_types=_gemma3_layers(26)),
     "clip-vit-b-32": dict(_CLIP, patch_size=32),
     "clip-vit-b-16": dict(_CLIP, patch_size=16),
     # Small enough to train on scikit-learn's 8x8 digits on a laptop CPU in minutes (`tformer train --task ...`):

@@ -3,8 +3,10 @@ named by the model's module path and sized by tuples.
 
 The model builds its modules from it (tformer.model) and the ledger walks it (tformer.cost.oplist),
 so the two cannot drift: tests hold ``describe(config).parameters()`` equal to the names and shapes
-of ``model.named_parameters()``. Adding an architecture is one branch of ``describe`` (the only
-place that dispatches on ``config.arch``), one model file and one runner.
+of ``model.named_parameters()``. Each architecture has one describer here (``describe_<arch>``, a
+function of the config), named by the architecture's record in tformer.core.architectures; ``describe``
+looks it up there, so nothing here dispatches on ``config.arch``. A new architecture is one record, its
+describer, its model file and its runner.
 
 Plain data: no torch, no costs. The parts are tformer.cost.description's dataclasses (imported here too, so
 ``from tformer.cost.architecture import Linear`` keeps working); this module builds them from a config.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tformer.core.architectures import arch_record
 from tformer.core.config import BLOCK_GROUPS, QUANT_BITS, QUANT_GROUPS
 from tformer.core.errors import TformerError
 from tformer.cost.description import (
@@ -39,52 +42,61 @@ from tformer.cost.description import (
 
 # Building the description from a config ------------------------------------------------------
 def describe(config) -> Architecture:
-    """The description of ``config``'s model, its Linears quantized where config.quantize says so."""
-    arch = _describe(config)
+    """The description of ``config``'s model, its Linears quantized where config.quantize says so. The
+    describer is the one the architecture's record names (tformer.core.architectures)."""
+    arch = describer(config.arch)(config)
     return arch if config.quantize == config.quantize_head == "none" else _quantized(config, arch)
 
 
-def _describe(config) -> Architecture:
-    """The float description: the one place that dispatches on ``config.arch``."""
-    c = config
-    tok = Table("tok_embed", (c.vocab_size, c.d_model))
-    if c.arch == "decoder":
-        return Architecture(c.arch, tok, None, (_stack(c, "decoder", c.n_layers, (tok,), causal=True),),
-                            lm_head=None if c.task else _lm_head(c), **_task_head(c, bias=False))
-    if c.arch == "encoder":
-        d, e = c.d_model, c.embed_dim or c.d_model  # e: the tables' width (ALBERT's E)
-        tok = Table("tok_embed", (c.vocab_size, e))
-        segments = Table("type_embed", (c.type_vocab_size, e)) if c.type_vocab_size else None
-        tables = (tok, segments) if segments else (tok,)
-        mlm = None
-        if c.lm_head and not c.task:  # ALBERT's head maps back to E, where the tied token table lives
-            mlm = MLMHead("mlm_head", Linear("mlm_head.dense", "lm_head", d, e, c.bias), c.activation,
-                          _norm(c, "mlm_head.norm", e),
-                          Linear("mlm_head.decoder", "lm_head", e, c.vocab_size, c.bias, tied=c.tied_embeddings))
-        pooler = Linear("pooler.dense", "pooler", d, d, c.bias) if c.pooler else None
-        pair = Linear("pair_head", "pooler", d, 2, c.bias) if c.pair_head else None
-        stack = _stack(c, "encoder", c.n_layers, tables, causal=False, width=c.embed_dim, shared=c.share_layers)
-        return Architecture(c.arch, tok, segments, (stack,), pooler=pooler, mlm_head=mlm, pair_head=pair,
-                            **_task_head(c, bias=True))
-    if c.arch == "encoder-decoder":
-        stacks = (_stack(c, "encoder", c.n_layers, (tok,), causal=False),
-                  _stack(c, "decoder", c.n_decoder_layers, (tok,), causal=True, cross=True))
-        return Architecture(c.arch, tok, None, stacks,
-                            lm_head=_lm_head(c, rescale=c.rescale_tied_head, logits_bias=c.final_logits_bias))
-    if c.arch == "rnn":
-        return _rnn(c, tok)
-    if c.arch == "rnn-seq2seq":
-        return _rnn_seq2seq(c, tok)
-    if c.arch == "vit":
-        head = Linear("head", "classifier", c.d_model, c.n_classes, True) if c.n_classes else None
-        return Architecture(c.arch, None, None, (_vision_stack(c, "encoder"),), classifier=head)
-    if c.arch == "clip":
-        vision = c.vision_tower()
-        stacks = (_vision_stack(vision, "vision", pool_norm=True), _stack(c, "text", c.n_layers, (tok,), causal=True))
-        head = Contrastive("head", Linear("head.vision_proj", "projection", vision.d_model, c.projection_dim, False),
-                           Linear("head.text_proj", "projection", c.d_model, c.projection_dim, False))
-        return Architecture(c.arch, tok, None, stacks, contrastive=head)
-    raise TformerError(f"arch='{c.arch}' has no description; add one to tformer.cost.architecture.describe")
+def describer(arch: str):
+    """The function that describes arch ``arch`` (config -> Architecture), as its record names it."""
+    return arch_record(arch).resolve("describer", __name__)
+
+
+# The describers, one per architecture: each a function of the config, named by its record (the recurrent
+# ones, describe_rnn and describe_rnn_seq2seq, sit below beside their helpers).
+def describe_decoder(c) -> Architecture:
+    tok = _tok(c)
+    return Architecture(c.arch, tok, None, (_stack(c, "decoder", c.n_layers, (tok,), causal=True),),
+                        lm_head=None if c.task else _lm_head(c), **_task_head(c, bias=False))
+
+
+def describe_encoder(c) -> Architecture:
+    d, e = c.d_model, c.embed_dim or c.d_model  # e: the tables' width (ALBERT's E)
+    tok = Table("tok_embed", (c.vocab_size, e))
+    segments = Table("type_embed", (c.type_vocab_size, e)) if c.type_vocab_size else None
+    tables = (tok, segments) if segments else (tok,)
+    mlm = None
+    if c.lm_head and not c.task:  # ALBERT's head maps back to E, where the tied token table lives
+        mlm = MLMHead("mlm_head", Linear("mlm_head.dense", "lm_head", d, e, c.bias), c.activation,
+                      _norm(c, "mlm_head.norm", e),
+                      Linear("mlm_head.decoder", "lm_head", e, c.vocab_size, c.bias, tied=c.tied_embeddings))
+    pooler = Linear("pooler.dense", "pooler", d, d, c.bias) if c.pooler else None
+    pair = Linear("pair_head", "pooler", d, 2, c.bias) if c.pair_head else None
+    stack = _stack(c, "encoder", c.n_layers, tables, causal=False, width=c.embed_dim, shared=c.share_layers)
+    return Architecture(c.arch, tok, segments, (stack,), pooler=pooler, mlm_head=mlm, pair_head=pair,
+                        **_task_head(c, bias=True))
+
+
+def describe_encoder_decoder(c) -> Architecture:
+    tok = _tok(c)
+    stacks = (_stack(c, "encoder", c.n_layers, (tok,), causal=False),
+              _stack(c, "decoder", c.n_decoder_layers, (tok,), causal=True, cross=True))
+    return Architecture(c.arch, tok, None, stacks,
+                        lm_head=_lm_head(c, rescale=c.rescale_tied_head, logits_bias=c.final_logits_bias))
+
+
+def describe_vit(c) -> Architecture:
+    head = Linear("head", "classifier", c.d_model, c.n_classes, True) if c.n_classes else None
+    return Architecture(c.arch, None, None, (_vision_stack(c, "encoder"),), classifier=head)
+
+
+def describe_clip(c) -> Architecture:
+    tok, vision = _tok(c), c.vision_tower()
+    stacks = (_vision_stack(vision, "vision", pool_norm=True), _stack(c, "text", c.n_layers, (tok,), causal=True))
+    head = Contrastive("head", Linear("head.vision_proj", "projection", vision.d_model, c.projection_dim, False),
+                       Linear("head.text_proj", "projection", c.d_model, c.projection_dim, False))
+    return Architecture(c.arch, tok, None, stacks, contrastive=head)
 
 
 def _quantized(c, arch: Architecture) -> Architecture:
@@ -129,13 +141,17 @@ def _task_head(c, bias: bool) -> dict:
             "pooling": c.pooling}
 
 
+def _tok(c) -> Table:
+    return Table("tok_embed", (c.vocab_size, c.d_model))
+
+
 def _norm(c, path: str, d: int | None = None) -> Norm:
     return Norm(path, d or c.d_model, c.norm, c.norm_eps)
 
 
 def _lm_head(c, rescale: bool = False, logits_bias: bool = False) -> LMHead:
     return LMHead(Linear("lm_head", "lm_head", c.d_model, c.vocab_size, False, tied=c.tied_embeddings),
-                  rescale=rescale, logits_bias=logits_bias)
+                  rescale=rescale, logits_bias=logits_bias, softcap=c.logit_softcap is not None)
 
 
 def _positions(c, stack: str, d: int) -> Positions:
@@ -155,6 +171,8 @@ def _positions(c, stack: str, d: int) -> Positions:
 
 def _attention(c, path: str, norm_path: str, cross: bool) -> Attention:
     d, H, Hkv, dh = c.d_model, c.n_heads, c.n_kv_heads, c.head_dim
+    qk_norm = c.qk_norm and not cross
+    sandwich = c.norm_placement == "sandwich"
     return Attention(
         path, _norm(c, norm_path),
         q=Linear(f"{path}.q_proj", "qkv_proj", d, H * dh, c.bias),
@@ -163,6 +181,10 @@ def _attention(c, path: str, norm_path: str, cross: bool) -> Attention:
         o=Linear(f"{path}.o_proj", "out_proj", H * dh, d, c.bias),
         heads=H, kv_heads=Hkv, head_dim=dh, cross=cross, rope=c.position == "rope" and not cross,
         kind_weights=() if cross else _kind_weights(c, f"{path}.attend"),
+        q_norm=_norm(c, f"{path}.q_norm", dh) if qk_norm else None,
+        k_norm=_norm(c, f"{path}.k_norm", dh) if qk_norm else None,
+        post_norm=_norm(c, f"{norm_path.rsplit('.', 1)[0]}.{'cross_attn' if cross else 'attn'}_post_norm")
+        if sandwich and not cross else None,
     )
 
 
@@ -184,7 +206,8 @@ def _layer(c, stack: str, i: int, cross: bool, module: int | None = None) -> Lay
     mlp = MLP(f"{p}.mlp", _norm(c, f"{p}.mlp_norm"),
               up=Linear(f"{p}.mlp.up", "ffn_up", d, f, c.bias),
               gate=Linear(f"{p}.mlp.gate", "ffn_gate", d, f, c.bias) if c.gated_mlp else None,
-              down=Linear(f"{p}.mlp.down", "ffn_down", f, d, c.bias), activation=c.activation)
+              down=Linear(f"{p}.mlp.down", "ffn_down", f, d, c.bias), activation=c.activation,
+              post_norm=_norm(c, f"{p}.mlp_post_norm") if c.norm_placement == "sandwich" else None)
     return Layer(i, p, attention, mlp)
 
 
@@ -214,10 +237,11 @@ def _vision_stack(c, name: str, pool_norm: bool = False) -> Stack:
                  patches=patches, pool_norm=_norm(c, f"{name}.pool_norm") if pool_norm else None)
 
 
-def _rnn(c, tok: Table) -> Architecture:
+def describe_rnn(c) -> Architecture:
     """Embedding -> n_layers recurrent layers (one torch module, path "rnn") -> LM head. No positions: the
     recurrence reads tokens in order. The head is tied to the embedding only where the widths agree
     (d_hidden == d_model); otherwise it has its own weight."""
+    tok = _tok(c)
     layers = tuple(Recurrent(i, "rnn", c.cell, c.d_model if i == 0 else c.d_hidden, c.d_hidden, c.bias)
                    for i in range(c.n_layers))
     stack = Stack("rnn", True, False, (tok,), Positions("none"), None, layers, None)
@@ -237,11 +261,11 @@ def rnn_seq2seq_widths(c) -> tuple[int, int]:
     return c.d_model + (h if feeding else 0), h
 
 
-def _rnn_seq2seq(c, tok: Table) -> Architecture:
+def describe_rnn_seq2seq(c) -> Architecture:
     """Embedding -> recurrent encoder ("encoder", both ways if bidirectional, then a bridge to width h) ->
     recurrent decoder ("decoder", started from the encoder's final state) with attention ("attention") over
     the encoder's outputs -> LM head. The token table serves both sides, as in the Transformer."""
-    h, L, bias = c.d_hidden, c.n_layers, c.bias
+    tok, h, L, bias = _tok(c), c.d_hidden, c.n_layers, c.bias
     directions = 2 if c.bidirectional else 1
     enc = tuple(Recurrent(i, "encoder", c.cell, c.d_model if i == 0 else directions * h, h, bias, directions)
                 for i in range(L))
@@ -268,6 +292,8 @@ def _rnn_seq2seq(c, tok: Table) -> Architecture:
                                                                          False, tied=tied)))
 
 
-__all__ = ["describe", "rnn_seq2seq_widths",  # and the parts, from tformer.cost.description:
+__all__ = ["describe", "describer", "rnn_seq2seq_widths",
+           "describe_clip", "describe_decoder", "describe_encoder", "describe_encoder_decoder", "describe_rnn",
+           "describe_rnn_seq2seq", "describe_vit",  # and the parts, from tformer.cost.description:
            "Architecture", "Attention", "Bridge", "Contrastive", "LMHead", "Layer", "Linear", "MLMHead", "MLP", "Norm",
            "Patches", "Positions", "Recurrent", "RecurrentAttention", "Stack", "Table", "Weights"]

@@ -41,10 +41,11 @@ ATTENTION_COSTS = {"reference": reference, "sdpa": sdpa, "tiled": attention_exac
                    "performer": attention_approx.performer, "lsh": attention_approx.lsh}
 
 
-def costed_kind(config, workload, cross: bool = False) -> str:
-    """The kind the ledger costs: the config's, except that the default exact pair (sdpa / reference)
-    follows the workload's --fused-attention choice, and cross-attention always runs exact."""
-    kind = config.attn_impl
+def costed_kind(config, workload, cross: bool = False, layer: int | None = None) -> str:
+    """The kind the ledger costs (layer ``layer``'s, where layer_types gives each layer its own; else the config's),
+    except that the default exact pair (sdpa / reference) follows the workload's --fused-attention choice, and
+    cross-attention always runs exact."""
+    kind = config.attention_options(layer).kind if layer is not None else config.attn_impl
     if kind in ("sdpa", "reference") or (cross and ATTN_KINDS[kind].family != "exact"):
         return workload.attention_kind
     return kind

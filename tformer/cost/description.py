@@ -39,11 +39,12 @@ class Linear:
 
 @dataclass(frozen=True)
 class Norm:
-    """LayerNorm (scale and shift per feature) or RMSNorm (scale only) over the last dimension."""
+    """LayerNorm (scale and shift per feature) or RMSNorm (scale only; rmsnorm_offset: scale 1 + w) over the last
+    dimension."""
 
     path: str
     d: int
-    kind: str  # layernorm | rmsnorm
+    kind: str  # layernorm | rmsnorm | rmsnorm_offset
     eps: float
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
@@ -113,12 +114,15 @@ class Attention:
     cross: bool
     rope: bool  # q and k are rotated (self-attention of a rope stack)
     kind_weights: tuple[Weights, ...] = ()  # the attention kind's own parameters (path.attend.*), if any
+    q_norm: Norm | None = None  # over each head's query (head_dim), before RoPE (Gemma 3)
+    k_norm: Norm | None = None  # ... and each head's key
+    post_norm: Norm | None = None  # sandwich placement: on the output, before the residual add (the block's)
 
     def linears(self) -> tuple[Linear, ...]:
         return self.q, self.k, self.v, self.o
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
-        return _merge(self.norm, *self.linears(), *self.kind_weights)
+        return _merge(self.norm, *self.linears(), self.q_norm, self.k_norm, *self.kind_weights, self.post_norm)
 
 
 @dataclass(frozen=True)
@@ -131,9 +135,10 @@ class MLP:
     gate: Linear | None
     down: Linear
     activation: str
+    post_norm: Norm | None = None  # sandwich placement: on the output, before the residual add (the block's)
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
-        return _merge(self.norm, self.up, self.gate, self.down)
+        return _merge(self.norm, self.up, self.gate, self.down, self.post_norm)
 
 
 @dataclass(frozen=True)
@@ -314,11 +319,13 @@ class MLMHead:
 @dataclass(frozen=True)
 class LMHead:
     """Hidden states to logits. ``rescale``: hidden * d_model^-0.5 first (T5's tied head);
-    ``logits_bias``: a fixed bias buffer added to the logits (BART)."""
+    ``logits_bias``: a fixed bias buffer added to the logits (BART); ``softcap``: logits squashed by
+    cap * tanh(logits / cap) (Gemma 2)."""
 
     linear: Linear
     rescale: bool = False
     logits_bias: bool = False
+    softcap: bool = False
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
         return self.linear.parameters()

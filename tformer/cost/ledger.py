@@ -208,6 +208,10 @@ def _check(config, arch: Architecture, w: Workload) -> None:
     if w.phase not in config.traits.phases:
         raise TformerError(f"{config.traits.label} does not generate, so phase '{w.phase}' does not apply; "
                            f"use {' or '.join(config.traits.phases)}")
+    if w.training and w.loss_chunk and not (config.traits.decoder_only and arch.lm_head):
+        # What the model offers (tformer.model.runners.DecoderRunner.chunk_loss): the ledger costs nothing else.
+        raise TformerError(f"loss_chunk applies to a decoder-only language model's LM head; {config.traits.label}"
+                           f"{' with a task head' if arch.classifier else ''} trains another loss; leave it at 0")
     if config.position in ("learned", "sinusoidal") and any(st.tables for st in arch.stacks):  # a ViT reads no seq
         need = {"decode": w.decode_context + 1}.get(w.phase, max(w.seq, w.seq_decoder or 0))
         if need > config.max_positions:

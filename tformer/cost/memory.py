@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from tformer.cost.ops import kv_cache_bytes
 from tformer.cost.quantized import quantized_saving
-from tformer.cost.workload import ACTIVATION_BYTES, WEIGHT_BYTES
+from tformer.cost.workload import ACTIVATION_BYTES, LOSS_BYTES, WEIGHT_BYTES
 
 # Optimizer-state tensors per parameter, and element-wise FLOPs per parameter of one update
 # (a convention: sgd w -= lr*g is 2; momentum adds m = mu*m + g; Adam's m, v, bias corrections,
@@ -93,6 +93,30 @@ def activation_bytes(ledger) -> dict:
 LOGIT_KINDS = ("lm_head", "classifier", "temperature")
 
 
+def logits_bytes(op, workload, softcap: bool = False) -> int:
+    """The memory the logits ``op`` writes take: all of them (rows x V), or under a chunked LM loss (training with
+    workload.loss_chunk, tformer.model.chunked_loss) one chunk's working set, n = min(chunk, rows) rows: its fp32
+    logits, worked on in place (softmax, then their gradient), plus with 16-bit activations the 16-bit logits the
+    head writes (forward) and the 16-bit gradient its matmuls read (backward); with a softcap (``softcap``) a second
+    fp32 buffer, tanh's output, in the backward instead."""
+    w = workload
+    if not (w.training and w.loss_chunk and op.kind == "lm_head"):
+        return op.bytes_written
+    n, V = min(w.loss_chunk, op.dims.m), op.dims.n
+    a = ACTIVATION_BYTES[w.dtype]
+    per_logit = 2 * LOSS_BYTES if softcap else LOSS_BYTES + (a if a < LOSS_BYTES else 0)
+    return n * V * per_logit
+
+
+def vocabulary_bytes(ledger) -> int:
+    """Training memory that grows with tokens x vocabulary: the logits (logits_bytes) and what the loss keeps for its
+    backward (fp32 log-probabilities; under a chunked loss each row's log-sum-exp only), with a softcap's saved
+    output. Its share of the total is what chunking the loss can take away."""
+    kept = sum(op.saved_bytes for op in ledger.select(phase="forward")
+               if op.kind == "loss" or op.name.endswith(".softcap"))
+    return ledger.memory["logits"] + kept
+
+
 def memory_breakdown(ledger) -> dict:
     w = ledger.workload
     P, trained = ledger.params["total"], ledger.params["trained"]
@@ -106,7 +130,8 @@ def memory_breakdown(ledger) -> dict:
     acts = activation_bytes(ledger)
     kv = sum(op.cache_bytes for op in fwd)
     # What the loss reads: an LM head's (tokens x vocabulary), a classifier's, CLIP's N x N similarity.
-    logits = sum(op.bytes_written for op in fwd if op.name == "mlm_head.decoder" or op.kind in LOGIT_KINDS)
+    softcap = bool(getattr(ledger.architecture.lm_head, "softcap", False))
+    logits = sum(logits_bytes(op, w, softcap) for op in fwd if op.name == "mlm_head.decoder" or op.kind in LOGIT_KINDS)
     if w.training:
         total = weights + gradients + optimizer + acts["total"] + logits
         total_rule = "weights + gradients + optimizer state + activations + logits"

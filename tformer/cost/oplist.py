@@ -242,6 +242,9 @@ class OpListBuilder:
             kv_rows = B * tk if cross else rows
             self.linear(att.k, i, st.name, kv_rows, saves_input=cross and i == 0)
             self.linear(att.v, i, st.name, kv_rows, saves_input=False)
+        if att.q_norm:  # per head, over head_dim: (rows x heads) vectors each
+            self.norm(att.q_norm, i, st.name, rows * H)
+            self.norm(att.k_norm, i, st.name, rows * Hkv)
         if att.rope:
             self.elementwise(att.path + ".rope", "rope", i, st.name, B * tq * (H + Hkv) * dh, O.ROPE_FLOPS_PER_ELEMENT,
                              shapes=f"q [{B}, {H}, {tq}, {dh}], k [{B}, {Hkv}, {tq}, {dh}]")
@@ -259,13 +262,15 @@ class OpListBuilder:
             dropout=self.c.attention_dropout if self.train else 0.0,
             causal=st.causal and not cross, options=self.c.attention_options(i),
         )
-        costed = attention_rows(costed_kind(self.c, self.w, cross), call)
+        costed = attention_rows(costed_kind(self.c, self.w, cross, i), call)
         forward = [self.add(op) for op in costed if op.phase == "forward"]
         # Rows in phase "recompute": work the kind's backward does again (tiled's Q K^T, chunked's
         # checkpointed chunks), placed before the backward of its last forward row, when training.
         if self.train and len(forward) < len(costed):
             self.redone[forward[-1].name] = [op for op in costed if op.phase != "forward"]
         self.linear(att.o, i, st.name, rows)
+        if att.post_norm:
+            self.norm(att.post_norm, i, st.name, rows)
         self.residual(att.path + ".residual", i, st.name, rows, att.o.d_out)
 
     def mlp(self, spec: MLP, i: int, stack: str, rows: int) -> None:
@@ -282,6 +287,8 @@ class OpListBuilder:
         self.elementwise(spec.path + ".act", "activation", i, stack, elems, per, reads=2 if gated else 1,
                          saved=saved, shapes=f"[{rows}, {f}] {spec.activation}" + (" * up" if gated else ""))
         self.linear(spec.down, i, stack, rows)
+        if spec.post_norm:
+            self.norm(spec.post_norm, i, stack, rows)
         self.residual(spec.path + ".residual", i, stack, rows, spec.down.d_out)
 
     def recurrent(self, spec: Recurrent, stack: str, t: Tokens, rows: int) -> None:
@@ -381,6 +388,9 @@ class OpListBuilder:
                 op.other_flops += rows * d  # hidden * d_model^-0.5 before the tied head (T5)
             if arch.lm_head.logits_bias:
                 op.other_flops += rows * op.dims.n  # BART's logits bias (a buffer, not a parameter)
+            if arch.lm_head.softcap:  # divide, tanh, multiply over every logit; tanh's output kept for backward
+                self.elementwise("lm_head.softcap", "activation", None, "", rows * op.dims.n, 3,
+                                 saved=rows * op.dims.n * self.a, shapes=f"[{rows}, {op.dims.n}] softcap")
             self.loss(op)
         if arch.classifier:
             self.task_head(arch, rows)
@@ -430,8 +440,29 @@ class OpListBuilder:
         self.loss(scaled, name="loss.text_to_image")
 
     def loss(self, logits: Op, name: str = "loss") -> None:
-        """Cross-entropy over the logits ``logits`` writes (training only)."""
+        """Cross-entropy over the logits ``logits`` writes (training only); an LM head's a chunk of rows at a time
+        under the workload's loss_chunk."""
+        if self.train and self.w.loss_chunk and logits.kind == "lm_head":
+            self.chunked_cross_entropy(logits, name)
+            return
         self.cross_entropy(name, logits.dims.m, logits.dims.n)
+
+    def chunked_cross_entropy(self, logits: Op, name: str) -> None:
+        """tformer.model.chunked_loss: the loss keeps each row's fp32 log-sum-exp, not its log-probabilities, and its
+        backward first recomputes the head's matmul (and the softcap, whose output is then not kept either), a chunk
+        of rows at a time. The chunk's working set is the logits' memory (tformer.cost.memory.logits_bytes)."""
+        rows, V = logits.dims.m, logits.dims.n
+        redone = [replace(logits, phase="recompute", params=0, embedding_params=0, saved_bytes=0)]
+        if self.ops[-1].name == logits.name + ".softcap":
+            cap = self.ops[-1]
+            cap.saved_bytes = 0
+            redone.append(replace(cap, phase="recompute"))
+        self.add(Op(name=name, kind="loss", layer=None, phase="forward", stack="",
+                    shapes=f"cross-entropy over [{rows}, {V}], {min(self.w.loss_chunk, rows)} rows at a time",
+                    other_flops=rows * V * O.CROSS_ENTROPY_FLOPS_PER_LOGIT,
+                    bytes_read=rows * V * self.a + rows * INDEX_BYTES, bytes_written=LOSS_BYTES,
+                    saved_bytes=rows * LOSS_BYTES))  # the fp32 log-sum-exp of each row
+        self.redone[name] = redone
 
     def cross_entropy(self, name: str, rows: int, V: int) -> None:
         """Cross-entropy over ``rows`` rows of ``V`` logits each (training only)."""

@@ -43,7 +43,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.cost.layout import MAX_DEVICES, Layout, layer_count
 from tformer.cost.ledger import ledger
-from tformer.cost.memory import optimizer_bytes_per_param
+from tformer.cost.memory import logits_bytes, optimizer_bytes_per_param
 from tformer.cost.oplist import stack_tokens
 from tformer.cost.placement import (
     PlacedTensor,
@@ -109,6 +109,7 @@ class Plans:
     def __init__(self, config, workload):
         self.config, self.workload = config, workload
         self.arch = describe(config)
+        self.softcap = bool(getattr(self.arch.lm_head, "softcap", False))  # a chunked loss's working set (logits_bytes)
         self.spans = layer_spans(self.arch)
         self.all_tensors = placed_tensors(self.arch)
         self.n_layers = layer_count(config)
@@ -210,7 +211,7 @@ class Plans:
                                         "kv_cache": 0, "logits": 0, "input_seen": False})
             a["kv_cache"] += op.cache_bytes // tp  # K and V heads are split by T
             if op.kind == "lm_head" or op.name == "mlm_head.decoder":
-                a["logits"] += -(-op.bytes_written // tp)
+                a["logits"] += -(-logits_bytes(op, self.workload, self.softcap) // tp)
             if not training:
                 working = op.bytes_read - op.weight_bytes - op.cache_bytes + op.bytes_written
                 a["activations"] = max(a["activations"], -(-working // split))

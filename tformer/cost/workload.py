@@ -42,6 +42,9 @@ class Workload:
     checkpointing: bool = False  # recompute each layer in the backward pass, keep only layer inputs
     attention_flops: str = "full"  # full s x s (FlopCounterMode) | causal (only unmasked query-key pairs)
     materialize_scores: bool = True  # False: a fused (flash) kernel never stores the s x s scores
+    # train: an LM head's logits formed this many rows at a time, forward and backward (tformer.model.chunked_loss);
+    # 0: all at once. No effect on other phases.
+    loss_chunk: int = 0
 
     def __post_init__(self) -> None:
         def choice(name, options):
@@ -58,6 +61,9 @@ class Workload:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TformerError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if isinstance(self.loss_chunk, bool) or not isinstance(self.loss_chunk, int) or self.loss_chunk < 0:
+            raise TformerError(f"loss_chunk must be a whole number of rows, 0 or more (0: no chunking), got "
+                               f"{self.loss_chunk!r}")
         if self.context is not None and (isinstance(self.context, bool) or not isinstance(self.context, int) or self.context < 0):
             raise TformerError(f"context must be a whole number of at least 0, got {self.context!r}")
         if self.dtype == "int8" and self.phase == "train":

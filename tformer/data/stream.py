@@ -90,6 +90,17 @@ class TokenStream:
         chunk = torch.from_numpy(self.tokens[idx].astype(np.int64))  # one gather from the map
         return chunk[:, :-1], chunk[:, 1:]
 
+    def check_ids(self, vocab_size: int) -> None:
+        """Every id inside [0, vocab_size): read once here, where training takes the stream, so the model's
+        forward never has to look at its ids' values (a device-to-host sync per step on a GPU)."""
+        if not len(self):
+            return
+        # Unsigned dtypes hold no negatives: the largest id is the one to check.
+        top = int(self.tokens.max())
+        if top >= vocab_size:
+            raise TformerError(f"{self.path} holds token id {top}, outside the model's vocabulary [0, {vocab_size}); "
+                               "prepare the data again with the model's tokenizer (`tformer data get`)")
+
     def check_seq_len(self, seq_len: int, name: str = "") -> None:
         if seq_len < 1:
             raise TformerError(f"sequence length must be at least 1, got {seq_len}")

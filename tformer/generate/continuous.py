@@ -36,11 +36,13 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
+from tformer.generate.sampling import Sampling
 from tformer.generate.search import filler_id, pad_batch
 from tformer.generate.slot_pool import PrefixStore, SlotPool, pool_serves
 from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
 from tformer.model.compiled import compiled_pool_step
 from tformer.model.base import TransformerModel
+from tformer.model.path_choice import choose_paths
 from tformer.model.runners import runner_for
 
 FINISH_REASONS = ("stop", "length", "timeout", "cancelled", "error")
@@ -53,9 +55,7 @@ class Request:
 
     prompt: list[int]  # decoder-only: the text so far; encoder-decoder: the source
     max_new_tokens: int
-    temperature: float = 0.0  # 0 = greedy (argmax)
-    top_k: int = 0  # 0 = off
-    top_p: float = 1.0  # 1 = off
+    sampling: Sampling = Sampling()  # greedy unless a temperature is given (the same record generate uses)
     stop_tokens: tuple[int, ...] | None = None  # None = the model's eos_token_id
     seed: int | None = None  # seeds this request's own generator: its draws do not depend on the batch
     timeout: float | None = None  # seconds from submission; then it ends with finish "timeout"
@@ -142,6 +142,8 @@ class ContinuousBatcher(WorkQueue):
         if compile and not pool_serves(c):
             raise TformerError(f"--compile serves decoder-only attention models over the KV pool; this "
                                f"{self.runner.label} model is served eagerly: drop --compile")
+        # Each Linear's path for the products serving runs (a step's rows, a prefill chunk), chosen once here.
+        choose_paths(model, (1, 8, max_batch, PREFILL_CHUNK))
         if pool_serves(c):
             columns = slot_positions or min(c.max_positions, 1024)
             if isinstance(columns, bool) or not isinstance(columns, int) or not 1 < columns <= c.max_positions:
@@ -171,11 +173,12 @@ class ContinuousBatcher(WorkQueue):
     def submit(self, request: Request, on_event: Callable) -> Sequence:
         """Queue ``request``; ``on_event(seq, token, finish)`` reports its progress (on the batcher's thread)."""
         seq = Sequence(next(self._ids), request, on_event, submitted_at=time.monotonic())
+        request.sampling.validate()
         seq._budget = self._budget(request)
         stop = request.stop_tokens if request.stop_tokens is not None else (
             () if self.config.eos_token_id is None else (self.config.eos_token_id,))
         seq._stop = frozenset(stop)
-        if request.temperature > 0:
+        if not request.sampling.greedy:
             seed = request.seed if request.seed is not None else random.getrandbits(63)
             seq._generator = torch.Generator(device=self.runner.device).manual_seed(seed)
         self._enqueue(seq)
@@ -234,7 +237,7 @@ class ContinuousBatcher(WorkQueue):
         for seq in [s for s in self._pending if s._cancelled or (s._deadline is not None and now > s._deadline)]:
             self._pending.remove(seq)
             self._finish(seq, "cancelled" if seq._cancelled else "timeout")
-        joinable = self._cache is None or self.runner.can_join(self._cache)
+        joinable = self._cache is None or self._cache.joinable
         room = self.max_batch - len(self._active) if joinable else 0
         return [self._pending.popleft() for _ in range(min(room, len(self._pending)))]
 
@@ -323,12 +326,12 @@ class ContinuousBatcher(WorkQueue):
             return
         index = torch.tensor(keep, device=device)
         if len(keep) < len(seqs):
-            runner.select(cache, index)
+            cache.select(index)
         kept = [seqs[i] for i in keep]
         if self._cache is None:
             self._cache, self._active, self._next = cache, kept, tokens[index]
         else:
-            self._cache = runner.join(self._cache, cache)
+            self._cache = self._cache.join(cache)
             self._active = self._active + kept
             self._next = torch.cat([self._next, tokens[index]])
 
@@ -345,8 +348,8 @@ class ContinuousBatcher(WorkQueue):
             self._reset()
             return
         index = torch.tensor(keep, device=self.runner.device)
-        self.runner.select(self._cache, index)
-        self.runner.compact(self._cache)
+        self._cache.select(index)
+        self._cache.compact()
         self._active = [self._active[i] for i in keep]
         self._next = tokens[index]
 
@@ -381,10 +384,13 @@ class ContinuousBatcher(WorkQueue):
         logits = logits.float()
         tokens = logits.argmax(dim=-1)
         for i, seq in enumerate(seqs):
-            r = seq.request
-            if r.temperature > 0:
-                row = sampling.process_logits(logits[i:i + 1], temperature=r.temperature, top_k=r.top_k, top_p=r.top_p)
-                tokens[i] = sampling.sample(row, seq._generator)[0]
+            pick = seq.request.sampling
+            if not pick.greedy or pick.repetition_penalty != 1.0:
+                seen = None
+                if pick.repetition_penalty != 1.0:  # the text so far: prompt and reply
+                    so_far = torch.tensor([seq.request.prompt + seq.tokens], device=logits.device)
+                    seen = sampling.seen_tokens(so_far, logits.shape[-1])
+                tokens[i] = pick.pick(logits[i:i + 1], seq._generator, seen)[0]
         return tokens
 
     def _finish(self, seq: Sequence, reason: str) -> None:

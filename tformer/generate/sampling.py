@@ -7,11 +7,15 @@ A processor never changes its input in place, and each checks its own argument, 
 The order follows common practice (and Hugging Face's): repetition penalty on the raw logits,
 then temperature, then the truncations (top-k, top-p, min-p), which look at the tempered
 distribution.
+
+``Sampling`` is the one record of these settings and the one token pick: generate (tformer.generate.search)
+makes one from its GenerationConfig, the serving batcher (tformer.generate.continuous) holds one per request.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -153,3 +157,41 @@ def sample(logits: torch.Tensor, generator: torch.Generator | None = None) -> to
     """One token per row from softmax(logits); ``generator`` makes it reproducible. (B, V) -> (B,)."""
     probs = torch.softmax(logits.float(), dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token of a row is picked: the argmax (temperature 0, the default) or a draw from the
+    distribution after the processors above, in their order."""
+
+    temperature: float = 0.0  # 0 = greedy (argmax)
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # in (0, 1]; 1 = off
+    min_p: float = 0.0  # in [0, 1]; 0 = off
+    repetition_penalty: float = 1.0  # > 0; 1 = off
+
+    def validate(self) -> "Sampling":
+        """Each setting checked by name (a TformerError naming the first bad one); returns self."""
+        check_temperature(self.temperature)
+        check_top_k(self.top_k)
+        check_top_p(self.top_p)
+        check_min_p(self.min_p)
+        check_repetition_penalty(self.repetition_penalty)
+        return self
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def pick(self, logits: torch.Tensor, generator: torch.Generator | None = None,
+             seen: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, V) logits -> (B,) token ids. ``seen`` (B, V) bool: the tokens the repetition penalty looks at
+        (the text so far); ``generator`` makes the draws reproducible."""
+        logits = logits.float()
+        if seen is not None and self.repetition_penalty != 1.0:
+            logits = repetition_penalty(logits, seen, self.repetition_penalty)
+        if self.greedy:
+            return logits.argmax(dim=-1)
+        logits = process_logits(logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                                min_p=self.min_p)
+        return sample(logits, generator)

@@ -4,7 +4,7 @@ Every strategy drives the model through its runner (tformer.model.runners) and a
 
     runner.prefill(cache, ...)       run the prompt (for an encoder-decoder also the encoder) -> logits (N, V)
     runner.step(cache, tokens)       feed one new token per row -> logits (N, V) for the next position
-    runner.reorder(cache, index)     keep rows ``index`` (beam search picks which hypotheses survive)
+    cache.select(index)              keep rows ``index`` (beam search picks which hypotheses survive)
 
 With the KV cache, ``step`` runs the model on the single new token and reads every earlier
 key and value from the cache: O(n) work per token. Without it (``use_cache=False``) it runs the
@@ -35,6 +35,7 @@ from tformer.generate import sampling
 from tformer.machine import available_memory_bytes
 from tformer.model.base import TransformerModel
 from tformer.model.compiled import BACKENDS, compiled_runner
+from tformer.model.path_choice import choose_paths
 from tformer.model.runners import Cache, Runner, runner_for
 
 # The "impossible" score of beam search. A large finite number rather than -inf, because the
@@ -48,7 +49,7 @@ MAX_ROWS = 65536
 
 @dataclass
 class GenerationConfig:
-    """How to pick tokens. Defaults: greedy, 32 new tokens, with the KV cache (static layout)."""
+    """How to pick tokens. Defaults: greedy, 32 new tokens, with the KV cache (its positions reserved up front)."""
 
     max_new_tokens: int = 32
     do_sample: bool = False  # False: greedy (or beam search when num_beams > 1)
@@ -65,9 +66,9 @@ class GenerationConfig:
     stop_tokens: int | Sequence[int] | Sequence[Sequence[int]] | None = None
     pad_token_id: int | None = None  # fills finished rows; else the model's pad, the first stop token, 0 (in the vocabulary)
     use_cache: bool = True
-    # Pre-allocate the cache for prompt + max_new_tokens positions and write each step in place. The
-    # growing layout (False) concatenates, copying the whole cache every step: measured on GPT-2 at
-    # context 1000, 40.5 ms per step against 33 ms static.
+    # Reserve prompt + max_new_tokens positions in the KV cache up front and write each step in place (the
+    # compiled step: its preallocated cache, which it needs). False concatenates, copying the whole cache
+    # every step: measured on GPT-2 at context 1000, 40.5 ms per step against 33 ms in place.
     static_cache: bool = True
     # Decode steps through a torch.compile'd graph over a preallocated cache (tformer.model.compiled):
     # the same tokens; the first generation of a shape pays the compilation (compile_seconds, apart).
@@ -79,11 +80,7 @@ class GenerationConfig:
     def validate(self) -> "GenerationConfig":
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise TformerError(f"max_new_tokens must be a whole number >= 1, got {self.max_new_tokens!r}")
-        sampling.check_temperature(self.temperature)
-        sampling.check_top_k(self.top_k)
-        sampling.check_top_p(self.top_p)
-        sampling.check_min_p(self.min_p)
-        sampling.check_repetition_penalty(self.repetition_penalty)
+        sampling.Sampling(self.temperature, self.top_k, self.top_p, self.min_p, self.repetition_penalty).validate()
         if not isinstance(self.compile, bool) and self.compile not in BACKENDS:
             raise TformerError(f"compile must be True, False or a backend ({', '.join(BACKENDS)}), got {self.compile!r}")
         if self.compile and not (self.use_cache and self.static_cache):
@@ -107,6 +104,12 @@ class GenerationConfig:
     @property
     def sampling(self) -> bool:
         return self.do_sample and self.temperature != 0
+
+    def picker(self) -> sampling.Sampling:
+        """The token pick these settings describe (the one record the serving batcher also uses): greedy
+        unless do_sample with a temperature."""
+        return sampling.Sampling(self.temperature if self.sampling else 0.0, self.top_k, self.top_p, self.min_p,
+                                 self.repetition_penalty)
 
 
 @dataclass
@@ -223,15 +226,7 @@ def _sync(device) -> None:
 
 def _pick(logits: torch.Tensor, run: _Run) -> torch.Tensor:
     """The next token of each row: argmax, or a draw from the processed distribution."""
-    cfg = run.config
-    logits = logits.float()
-    if run.seen is not None:
-        logits = sampling.repetition_penalty(logits, run.seen, cfg.repetition_penalty)
-    if not cfg.sampling:
-        return logits.argmax(dim=-1)
-    logits = sampling.process_logits(logits, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
-                                     min_p=cfg.min_p)
-    return sampling.sample(logits, run.generator)
+    return run.config.picker().pick(logits, run.generator, run.seen)
 
 
 def _token_steps(run: _Run) -> Iterator[torch.Tensor]:
@@ -285,7 +280,7 @@ def _beam_search(batch: int, run: _Run):
     t1 = time.perf_counter()
     run.prefill_seconds = t1 - t0
     expand = torch.arange(batch, device=device).repeat_interleave(K)
-    runner.expand(cache, expand)
+    cache.select(expand)  # each input's rows, its source included, for its K beams
     logits = logits[expand]
     if run.seen is not None:
         run.seen = run.seen[expand]
@@ -353,7 +348,7 @@ def _beam_search(batch: int, run: _Run):
         if cfg.early_stopping is True and bool(done_flags.all()):
             break
         index = (group + source_beam).view(-1)
-        runner.reorder(cache, index)
+        cache.select(index, within_inputs=True)
         if run.seen is not None:
             run.seen = run.seen[index]
             run.seen[torch.arange(index.numel(), device=device), running[:, :, step].reshape(-1)] = True
@@ -480,6 +475,8 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
         generator = torch.Generator(device=device).manual_seed(cfg.seed)
     cache_length = prefix + max_new if cfg.use_cache and cfg.static_cache else None
     cache = runner.new_cache(len(rows), cache_length, kv=cfg.use_cache)
+    # Each Linear's path for this call's products (decode's rows, the prompt's), chosen before the first one.
+    choose_paths(model, (len(rows), len(rows) * max(len(r) for r in rows)))
     if runner.takes_source:
         src, src_mask = pad_batch(rows, filler_id(mc.vocab_size, mc.pad_token_id, pad), "right", device)
         start = torch.tensor(start_rows, dtype=torch.long, device=device)

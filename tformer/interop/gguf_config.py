@@ -18,7 +18,10 @@ from tformer.data.gguf_models import PACKAGED_GGUF, gguf_path
 from tformer.interop.gguf_file import GGUFFile, open_gguf
 from tformer.interop.hf_config import config_from_hf
 
-ARCHITECTURES = ("llama",)  # general.architecture values tformer reads
+ARCHITECTURES = ("llama", "gemma3")  # general.architecture values tformer reads
+# What a gemma3 file leaves to the reader (llama.cpp fixes them for the architecture): the sliding layers' RoPE base
+# and the period of global layers (every sixth).
+GEMMA3_LOCAL_THETA, GEMMA3_PERIOD = 10_000.0, 6
 
 
 def resolve_gguf(name_or_path: str | Path) -> Path:
@@ -73,7 +76,7 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
     if scaling not in ("none", None):
         raise TformerError(f"GGUF file {f.path}: RoPE scaling '{scaling}' is not supported yet (only plain RoPE)")
     config = {
-        "model_type": "llama",
+        "model_type": "llama" if arch == "llama" else "gemma3_text",
         "_name_or_path": f.metadata.get("general.name") or f.path.stem,
         "num_hidden_layers": _meta(f, a + "block_count", int, low=1),
         "hidden_size": hidden,
@@ -85,8 +88,16 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
         "max_position_embeddings": _meta(f, a + "context_length", int, low=1),
         "vocab_size": vocab,
         "tie_word_embeddings": "output.weight" not in f.tensors,
-        "hidden_act": "silu",
+        "hidden_act": "silu" if arch == "llama" else "gelu_pytorch_tanh",
     }
+    if arch == "gemma3":
+        n = config["num_hidden_layers"]
+        head_dim = _meta(f, a + "attention.key_length", int, low=1)
+        config.update(
+            head_dim=head_dim, query_pre_attn_scalar=head_dim, sliding_window=_meta(f, a + "attention.sliding_window", int, low=1),
+            layer_types=["full_attention" if (i + 1) % GEMMA3_PERIOD == 0 else "sliding_attention" for i in range(n)],
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": config.pop("rope_theta")},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": GEMMA3_LOCAL_THETA}})
     key_length = f.metadata.get(a + "attention.key_length")
     if key_length is not None:
         config["head_dim"] = _meta(f, a + "attention.key_length", int, low=1)

@@ -37,6 +37,14 @@ _LAYER = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+# Gemma 3's layers: q/k norms and a norm before and after each sublayer (llama.cpp's "ffn_norm" is the one before
+# the MLP); no Q/K permutation (its converter leaves Gemma's half-split rotation alone).
+_GEMMA3_LAYER = {**{k: v for k, v in _LAYER.items() if k != "ffn_norm.weight"},
+                 "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+                 "post_attention_norm.weight": "post_attention_layernorm.weight",
+                 "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+                 "post_ffw_norm.weight": "post_feedforward_layernorm.weight"}
+_LAYERS = {"llama": _LAYER, "gemma3_text": _GEMMA3_LAYER}
 _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
            "output.weight": "lm_head.weight"}
 
@@ -60,36 +68,40 @@ def unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
 def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of the file, dequantized to fp32, under its Hugging Face name; those named in ``kept``
     (GGUF name -> our module) are meta tensors of their shape, for the caller to fill from the blocks."""
-    n_layers = hf_config["num_hidden_layers"]
+    n_layers, family = hf_config["num_hidden_layers"], hf_config["model_type"]
     heads, kv_heads = hf_config["num_attention_heads"], hf_config["num_key_value_heads"]
     sd = {}
     for name, info in f.tensors.items():
-        hf = _hf_name(f, name, n_layers)
+        hf = _hf_name(f, name, n_layers, family)
         if kept and name in kept and name != "token_embd.weight":
             sd[hf] = torch.empty(info.shape, device="meta")
             continue
         w = dequantize(f.raw(name), info.ggml_type, info.shape)
-        if hf.endswith("q_proj.weight"):
+        if family == "llama" and hf.endswith("q_proj.weight"):
             w = unpermute(w, heads)
-        elif hf.endswith("k_proj.weight"):
+        elif family == "llama" and hf.endswith("k_proj.weight"):
             w = unpermute(w, kv_heads)
+        elif family == "gemma3_text" and name.endswith("norm.weight"):
+            w = w - 1.0  # llama.cpp stores Gemma's scale 1 + w whole; ours (as transformers') holds w
         sd[hf] = w
     return sd
 
 
-def _hf_name(f: GGUFFile, name: str, n_layers: int) -> str:
+def _hf_name(f: GGUFFile, name: str, n_layers: int, family: str = "llama") -> str:
     if name in _GLOBAL:
         return _GLOBAL[name]
+    layer = _LAYERS[family]
+    what = "llama" if family == "llama" else "gemma3"
     if name.startswith("blk.") and name.count(".") >= 2:
         index, _, rest = name[4:].partition(".")
-        if not index.isdigit() or int(index) >= n_layers or rest not in _LAYER:
-            raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a llama model with "
+        if not index.isdigit() or int(index) >= n_layers or rest not in layer:
+            raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a {what} model with "
                                f"{n_layers} layers; the file is damaged or of another architecture")
-        return f"model.layers.{int(index)}.{_LAYER[rest]}"
+        return f"model.layers.{int(index)}.{layer[rest]}"
     if name == "rope_freqs.weight":
         raise TformerError(f"GGUF file {f.path} carries rope_freqs (llama 3's RoPE scaling), which tformer "
                            "does not support yet")
-    raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a llama model; the file is "
+    raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a {what} model; the file is "
                        "damaged or of another architecture")
 
 
@@ -123,6 +135,8 @@ def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict[str, str]]:
 def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> None:
     """Each kept Linear's buffers from its tensor's blocks, Q and K rows unpermuted as the fp32 path does."""
     heads = {"attn.q_proj": hf_config["num_attention_heads"], "attn.k_proj": hf_config["num_key_value_heads"]}
+    if hf_config["model_type"] != "llama":  # only the LLaMA family's Q and K rows were permuted
+        heads = {}
     with torch.no_grad():
         for name, module_name in kept.items():
             info = f.tensors[name]

@@ -3,8 +3,8 @@
 ``tokenizer_from_gguf(metadata)`` reads llama.cpp's keys (``tokenizer.ggml.model``, ``.pre``, ``.tokens``,
 ``.token_type``, ``.merges``, the bos/eos/pad/unk ids, ``.add_bos_token`` / ``.add_eos_token``) and returns a
 `GGUFTokenizer` with the calls `tformer generate` and `serve` make (``encode``, ``decode``, ``save``, the
-special-token ids). Only ``tokenizer.ggml.model == "gpt2"`` (byte-level BPE) is built; "llama"
-(SentencePiece) is refused for now.
+special-token ids). ``tokenizer.ggml.model == "gpt2"`` (byte-level BPE) is built here; "llama" (SentencePiece)
+in gguf_spm, whose `GGUFSentencePiece` answers the same calls (both on gguf_tokens' `GGUFTokenizerBase`).
 
 Pre-tokenizer. ``tokenizer.ggml.pre`` names a list of regular expressions in llama.cpp
 (``src/llama-vocab.cpp``, ``llm_tokenizer_bpe``); each splits the pieces the previous one left, keeping
@@ -45,14 +45,25 @@ A vocabulary need not have a token for every byte (SmolLM2's lacks 0x04, 0x06, 0
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from tformer.core.atomic import atomic_write_text
 from tformer.core.errors import TformerError
 from tformer.core.files import described
-from tformer.data.tokenizers import GPT2_PATTERN, Tokenizer
+from tformer.data.tokenizers import GPT2_PATTERN
+from tformer.interop.gguf_spm import GGUFSentencePiece, sentencepiece_from_gguf
+from tformer.interop.gguf_tokens import (
+    CONTROL,
+    FIX,
+    USER_DEFINED,
+    GGUFTokenizerBase,
+    chat_template_of,
+    kind_of,
+    read_framing,
+    read_special_ids,
+    read_token_types,
+    read_tokens,
+    utf8,
+)
 
 # LLaMA 3's pattern as its tokenizer.json spells it (llama.cpp keeps it, spelling (?i:...) out by hand).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -78,210 +89,73 @@ PRE_TOKENIZERS = {
     "default": _Pre((r"[\p{P}\$\+<=>\^~\|]+", GPT2_PATTERN, r"\p{N}+", r"[0-9][0-9][0-9]")),
 }
 
-# tokenizer.ggml.token_type (llama.cpp's llama_token_type)
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
-# Which role each id key fills; llama.cpp spells the separator "seperator".
-_ROLE_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "pad": "padding_token_id", "unk": "unknown_token_id",
-              "sep": "seperator_token_id", "cls": "cls_token_id", "mask": "mask_token_id"}
-_FIX = "convert the model again with a current llama.cpp (convert_hf_to_gguf.py)"
 
+class GGUFTokenizer(GGUFTokenizerBase):
+    """Byte-level BPE from a GGUF file's metadata, behind tformer's tokenizer calls (see GGUFTokenizerBase);
+    ``pre`` names the file's pre-tokenizer."""
 
-class GGUFTokenizer(Tokenizer):
-    """Byte-level BPE from a GGUF file's metadata, behind tformer's tokenizer calls.
-
-    ``encode(text, add_special_tokens=False, special=False)``: ``add_special_tokens`` adds BOS / EOS where the
-    file says (``add_bos`` / ``add_eos``); ``special`` matches control tokens such as ``<|im_start|>`` whole
-    in the text (the chat path's prompts), otherwise their text is plain text. ``decode(ids,
-    skip_special=False)``. ``save(directory)`` writes tokenizer.json (control tokens special, BOS/EOS in its
-    post-processor), which `hf_tokenizer` and transformers read back."""
-
-    kind = "gguf"
+    model = "gpt2"
 
     def __init__(self, hf_special, hf_plain, special_ids: dict[str, int], add_bos: bool, add_eos: bool,
                  pre: str, control_ids: frozenset[int], chat_template: str | None = None):
-        self.hf = hf_special  # control tokens matched in the text
-        self._plain = hf_plain  # the same tokenizer with control tokens read as text (encode_special_tokens)
-        self.special_ids = dict(special_ids)
-        self.add_bos, self.add_eos = add_bos, add_eos
+        super().__init__(hf_special, hf_plain, special_ids, add_bos, add_eos, control_ids, chat_template)
         self.pre = pre
-        self.control_ids = control_ids
-        self.chat_template = chat_template
-        self._size = hf_special.get_vocab_size(with_added_tokens=True)
         # The bytes with no token: BPE would drop them silently (as transformers does), llama.cpp throws.
         vocab = hf_special.get_vocab(with_added_tokens=False)
         self._no_token = np.array([BYTES[b] not in vocab for b in range(256)])
         self._lacks = bool(self._no_token[_UTF8_BYTES].any())
 
-    @property
-    def vocab_size(self) -> int:
-        return self._size
-
-    @property
-    def unk_id(self) -> int | None:
-        return self.special_ids.get("unk")
-
-    def _engine(self, special: bool):
-        return self.hf if special else self._plain
-
-    def _framed(self, ids: list[int], add_special_tokens: bool) -> list[int]:
-        if add_special_tokens:
-            if self.add_bos:
-                ids.insert(0, self.special_ids["bos"])
-            if self.add_eos:
-                ids.append(self.special_ids["eos"])
-        return ids
-
     def _check(self, text: str) -> None:
         """Refuse text that is not Unicode (a lone surrogate) or holds a character whose UTF-8 bytes include one
         with no token."""
-        data = np.frombuffer(_utf8(text), dtype=np.uint8)
+        data = np.frombuffer(utf8(text), dtype=np.uint8)
         hit = np.flatnonzero(self._no_token[data]) if self._lacks else ()
         if len(hit):
             start = len(data[:hit[0]].tobytes().decode("utf-8", errors="ignore"))
             raise TformerError(f"character U+{ord(text[start]):04X} at position {start} cannot be encoded: this GGUF "
                                f"vocabulary has no token for its byte 0x{int(data[hit[0]]):02x}; remove it from the text")
 
-    def encode(self, text: str, add_special_tokens: bool = False, special: bool = False) -> list[int]:
-        self._check(text)
-        return self._framed(self._engine(special).encode(text, add_special_tokens=False).ids, add_special_tokens)
-
-    def encode_batch(self, texts: list[str], add_special_tokens: bool = False, special: bool = False
-                     ) -> list[list[int]]:
-        texts = list(texts)
-        try:  # one pass over the batch (NUL has a token in any vocabulary worth the name); the text at fault after
-            data = _utf8("\x00".join(texts))
-        except (TformerError, TypeError):  # a lone surrogate, or not all str: named below
-            data = None
-        if data is None or self._lacks and self._no_token[np.frombuffer(data, dtype=np.uint8)].any():
-            for text in texts:
-                self._check(text)
-        # On every core in the library's Rust code; no offsets computed where the library can skip them (0.21+).
-        engine = self._engine(special)
-        found = getattr(engine, "encode_batch_fast", engine.encode_batch)(texts, add_special_tokens=False)
-        return [self._framed(e.ids, add_special_tokens) for e in found]
-
-    def decode(self, ids, skip_special: bool = False) -> str:
-        ids = [int(i) for i in ids]
-        if ids and not 0 <= min(ids) <= max(ids) < self._size:
-            bad = next(i for i in ids if not 0 <= i < self._size)
-            raise TformerError(f"token id {bad} is out of range for this GGUF vocabulary of {self._size}; "
-                               "decode with the tokenizer the ids came from")
-        return self.hf.decode(ids, skip_special_tokens=skip_special)
-
-    def save(self, directory) -> Path:
-        """tokenizer.json in ``directory`` (what ``hf_tokenizer`` and transformers read back)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / "tokenizer.json"
-        atomic_write_text(path, self._with_framing().to_str())
-        return path
-
-    def _with_framing(self):
-        """A copy of the engine whose post-processor adds BOS / EOS as ``add_bos`` / ``add_eos`` say, so that
-        readers of tokenizer.json frame a text as this tokenizer does."""
-        # deferred: the tokenizer library loads only for the tokenizer that needs it
-        from tokenizers import Tokenizer as HF
-        from tokenizers import processors
-
-        hf = HF.from_str(self.hf.to_str())
-        roles = [r for r, on in (("bos", self.add_bos), ("eos", self.add_eos)) if on]
-        if not roles:
-            return hf
-        names = {r: self.hf.id_to_token(self.special_ids[r]) for r in roles}
-        bad = [n for n in names.values() if ":" in n]
-        if bad:  # the library's template spells a piece "token:type_id"
-            raise TformerError(f"token {described(bad[0])} has a colon, which a tokenizer.json template cannot "
-                               "name; the tokenizer can encode but not be saved as tokenizer.json")
-        head = [names["bos"]] if self.add_bos else []
-        tail = [names["eos"]] if self.add_eos else []
-        hf.post_processor = processors.TemplateProcessing(
-            single=[*head, "$A", *tail], pair=[*head, "$A", *tail, *head, "$B:1", *tail],
-            special_tokens=[(names[r], self.special_ids[r]) for r in roles])
-        return hf
+    def _suspect(self, data: bytes) -> bool:
+        # NUL joins the batch: it has a token in any vocabulary worth the name
+        return self._lacks and bool(self._no_token[np.frombuffer(data, dtype=np.uint8)].any())
 
     def describe(self) -> dict:
-        return {**super().describe(), "pre": self.pre, "add_bos": self.add_bos, "add_eos": self.add_eos}
+        return {**super().describe(), "pre": self.pre}
 
     def __repr__(self) -> str:
         return (f"GGUFTokenizer(vocab_size={self.vocab_size}, pre={self.pre!r}, add_bos={self.add_bos}, "
                 f"special_ids={self.special_ids})")
 
 
-def _utf8(text: str) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise TformerError(f"the text holds a lone surrogate U+{ord(text[exc.start]):04X} at position {exc.start}, "
-                           "which is not Unicode text and has no UTF-8 bytes to encode") from None
-    except AttributeError:
-        raise TformerError(f"a tokenizer encodes text (a str), not {type(text).__name__}") from None
-
-
-def tokenizer_from_gguf(metadata: dict) -> GGUFTokenizer:
-    """The tokenizer a GGUF file's metadata (``GGUFFile.metadata``) describes; one-line TformerError for a
-    tokenizer it cannot build or metadata that contradicts itself."""
+def tokenizer_from_gguf(metadata: dict) -> GGUFTokenizer | GGUFSentencePiece:
+    """The tokenizer a GGUF file's metadata (``GGUFFile.metadata``) describes: byte-level BPE ("gpt2") or
+    SentencePiece ("llama"); one-line TformerError for a tokenizer it cannot build or metadata that contradicts
+    itself."""
     model = metadata.get("tokenizer.ggml.model")
     if model is None:
-        raise TformerError(f"the GGUF metadata has no tokenizer.ggml.model, so it describes no tokenizer; {_FIX}")
+        raise TformerError(f"the GGUF metadata has no tokenizer.ggml.model, so it describes no tokenizer; {FIX}")
     if model == "llama":
-        raise TformerError('GGUF tokenizer.ggml.model "llama" (SentencePiece) is not yet supported; '
-                           'supported: "gpt2" (byte-level BPE)')
+        return sentencepiece_from_gguf(metadata)
     if model != "gpt2":
         raise TformerError(f"GGUF tokenizer.ggml.model {described(model)} is not a tokenizer tformer builds; "
-                           'supported: "gpt2" (byte-level BPE)')
+                           'supported: "gpt2" (byte-level BPE), "llama" (SentencePiece)')
     pre_name = metadata.get("tokenizer.ggml.pre", "default")  # llama.cpp: a file without one gets "default"
     pre = PRE_TOKENIZERS.get(pre_name) if isinstance(pre_name, str) else None
     if pre is None:
         raise TformerError(f"GGUF tokenizer.ggml.pre {described(pre_name)} is not a pre-tokenizer tformer knows; "
                            f"supported: {', '.join(PRE_TOKENIZERS)}")
-    tokens = _tokens(metadata)
-    types = _token_types(metadata, len(tokens))
+    tokens = read_tokens(metadata)
+    types = read_token_types(metadata, len(tokens))
     vocab, added = _vocabulary(tokens, types)
     merges = _merges(metadata, vocab)
-    special_ids = _special_ids(metadata, len(tokens))
-    add_bos = _flag(metadata, "add_bos_token", pre.add_bos)
-    add_eos = _flag(metadata, "add_eos_token", False)
-    for role, wanted in (("bos", add_bos), ("eos", add_eos)):
-        if wanted and role not in special_ids:
-            raise TformerError(f"the GGUF metadata sets tokenizer.ggml.add_{role}_token but has no "
-                               f"tokenizer.ggml.{_ROLE_KEYS[role]}; {_FIX}")
+    special_ids = read_special_ids(metadata, len(tokens))
+    add_bos, add_eos = read_framing(metadata, special_ids, pre.add_bos)
     hf_special = _build(vocab, merges, added, pre)
     hf_plain = _build(vocab, merges, added, pre)
     hf_plain.encode_special_tokens = True  # control tokens' text is cut like any other text
     control = frozenset(i for i, (token, special) in added.items() if special)
-    template = metadata.get("tokenizer.chat_template")
     return GGUFTokenizer(hf_special, hf_plain, special_ids, add_bos, add_eos, pre_name, control,
-                         template if isinstance(template, str) else None)
-
-
-def _tokens(metadata: dict) -> list[str]:
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    if tokens is None:
-        raise TformerError(f"the GGUF metadata has no tokenizer.ggml.tokens (the vocabulary); {_FIX}")
-    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
-        raise TformerError(f"GGUF tokenizer.ggml.tokens is {_kind(tokens)}, not an array of strings; {_FIX}")
-    if not tokens:
-        raise TformerError(f"GGUF tokenizer.ggml.tokens is empty; {_FIX}")
-    return tokens
-
-
-def _token_types(metadata: dict, n: int) -> list[int]:
-    types = metadata.get("tokenizer.ggml.token_type")
-    if types is None:  # llama.cpp: every token normal
-        return [NORMAL] * n
-    if not (isinstance(types, np.ndarray) and types.ndim == 1 and types.dtype.kind in "iu"):
-        if isinstance(types, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in types):
-            types = np.asarray(types, dtype=np.int64)
-        else:
-            raise TformerError(f"GGUF tokenizer.ggml.token_type is {_kind(types)}, not an array of integers; {_FIX}")
-    if len(types) != n:
-        raise TformerError(f"GGUF tokenizer.ggml.token_type has {len(types)} entries but tokenizer.ggml.tokens has "
-                           f"{n}; one type per token is needed; {_FIX}")
-    bad = np.flatnonzero((types < NORMAL) | (types > BYTE))
-    if bad.size:
-        raise TformerError(f"GGUF tokenizer.ggml.token_type of token {int(bad[0])} is {int(types[bad[0]])}, not a "
-                           f"type from 1 to 6 (normal, unknown, control, user-defined, unused, byte); {_FIX}")
-    return types.tolist()
+                         chat_template_of(metadata))
 
 
 def _byte_alphabet() -> dict[int, str]:
@@ -314,7 +188,7 @@ def _vocabulary(tokens: list[str], types: list[int]) -> tuple[dict[str, int], di
         if kind in (CONTROL, USER_DEFINED):
             if not token:
                 raise TformerError(f"GGUF token {i} is an empty {'control' if kind == CONTROL else 'user-defined'} "
-                                   f"token, which cannot be matched in text; {_FIX}")
+                                   f"token, which cannot be matched in text; {FIX}")
             added[i] = (token, kind == CONTROL)
             key = token
         else:
@@ -322,64 +196,32 @@ def _vocabulary(tokens: list[str], types: list[int]) -> tuple[dict[str, int], di
         first = vocab.setdefault(key, i)
         if first != i:
             raise TformerError(f"GGUF tokenizer.ggml.tokens holds {described(token)} twice (ids {first} and {i}); "
-                               f"each token's text must be unique; {_FIX}")
+                               f"each token's text must be unique; {FIX}")
     return vocab, added
 
 
 def _merges(metadata: dict, vocab: dict[str, int]) -> list[tuple[str, str]]:
     merges = metadata.get("tokenizer.ggml.merges")
     if merges is None:
-        raise TformerError(f"the GGUF metadata has no tokenizer.ggml.merges, which byte-level BPE needs; {_FIX}")
+        raise TformerError(f"the GGUF metadata has no tokenizer.ggml.merges, which byte-level BPE needs; {FIX}")
     if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges):
-        raise TformerError(f"GGUF tokenizer.ggml.merges is {_kind(merges)}, not an array of strings; {_FIX}")
+        raise TformerError(f"GGUF tokenizer.ggml.merges is {kind_of(merges)}, not an array of strings; {FIX}")
     pairs = []
     for number, merge in enumerate(merges):
         cut = merge.find(" ", 1)  # llama.cpp's split: at the first space after the first character
         if cut < 0 or cut == len(merge) - 1:
             raise TformerError(f"GGUF merge {number} ({described(merge)}) is not two tokens separated by a space; "
-                               f"{_FIX}")
+                               f"{FIX}")
         left, right = merge[:cut], merge[cut + 1:]
         for part in (left, right):
             if part not in vocab:
                 raise TformerError(f"GGUF merge {number} ({described(merge)}) names token {described(part)}, "
-                                   f"which is not in tokenizer.ggml.tokens; {_FIX}")
+                                   f"which is not in tokenizer.ggml.tokens; {FIX}")
         if left + right not in vocab:
             raise TformerError(f"GGUF merge {number} ({described(merge)}) makes {described(left + right)}, which is "
-                               f"not in tokenizer.ggml.tokens; {_FIX}")
+                               f"not in tokenizer.ggml.tokens; {FIX}")
         pairs.append((left, right))
     return pairs
-
-
-def _special_ids(metadata: dict, n: int) -> dict[str, int]:
-    ids = {}
-    for role, key in _ROLE_KEYS.items():
-        value = metadata.get(f"tokenizer.ggml.{key}")
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TformerError(f"GGUF tokenizer.ggml.{key} is {_kind(value)}, not a token id; {_FIX}")
-        if not 0 <= int(value) < n:
-            if int(value) in (-1, 0xFFFFFFFF):  # llama.cpp writes LLAMA_TOKEN_NULL as "no such token"
-                continue
-            raise TformerError(f"GGUF tokenizer.ggml.{key} is {int(value)}, outside the vocabulary of {n} tokens; "
-                               f"{_FIX}")
-        ids[role] = int(value)
-    return ids
-
-
-def _flag(metadata: dict, name: str, default: bool) -> bool:
-    value = metadata.get(f"tokenizer.ggml.{name}", default)
-    if not isinstance(value, (bool, np.bool_)):
-        raise TformerError(f"GGUF tokenizer.ggml.{name} is {_kind(value)}, not a boolean; {_FIX}")
-    return bool(value)
-
-
-def _kind(value) -> str:
-    if isinstance(value, np.ndarray):
-        return f"an array of {value.dtype} numbers"
-    if isinstance(value, list):
-        return f"a list of {len(value)} items" if all(isinstance(v, str) for v in value) else "a list of non-strings"
-    return described(value)
 
 
 def _build(vocab, merges, added, pre: _Pre):

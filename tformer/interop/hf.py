@@ -22,6 +22,7 @@ from tformer.core.atomic import atomic_files
 from tformer.core.errors import TformerError
 from tformer.core.files import FileFormatError, read_json, read_safetensors_header
 from tformer.data.weights import checkpoint_dir
+from tformer.interop import hf_gemma
 from tformer.interop.checkpoint import unwrap
 from tformer.interop.hf_config import config_from_hf, config_to_hf, hf_family
 from tformer.interop.hf_encoders import (
@@ -135,15 +136,17 @@ def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     return rules, aliases + head_aliases
 
 
-FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules,
+FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, hf_gemma.MODEL_TYPE: hf_gemma.rules,
             "bart": _bart_rules, "t5": _t5_rules, **ENCODER_FAMILIES, **VISION_RULES}
 # The outer prefix HF's task classes put around the body (GPT2LMHeadModel -> "transformer.", ...);
 # bare base-model files (GPT2Model, BertModel, BartModel) have none.
-BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "bart": "model.",
+BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", hf_gemma.MODEL_TYPE: "model.",
+               "bart": "model.",
                "t5": "", **ENCODER_PREFIX, **VISION_PREFIX}
 # The embedding the head is tied to, named without prefix: used to spot an untied head in a file.
 _EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.weight", "lm_head.weight"),
               "mistral": ("embed_tokens.weight", "lm_head.weight"),
+              hf_gemma.MODEL_TYPE: ("embed_tokens.weight", "lm_head.weight"),
               "bart": ("shared.weight", "lm_head.weight"), "t5": ("shared.weight", "lm_head.weight"),
               **ENCODER_EMBEDDING}
 

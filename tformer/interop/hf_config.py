@@ -21,10 +21,11 @@ from tformer.interop.hf_fields import checked_config
 from tformer.interop.hf_fields import dropouts as _dropouts
 from tformer.interop.hf_fields import refuse as _refuse
 from tformer.interop.hf_fields import token_id as _token_id
+from tformer.interop import hf_gemma
 from tformer.interop.hf_heads import head_config_out, head_fields, head_from_file
 from tformer.interop.hf_vision import VISION_FROM_WEIGHTS, VISION_HF_FAMILIES, VISION_READERS, VISION_WRITERS
 
-SUPPORTED = ("gpt2", "llama", "mistral", "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
+SUPPORTED = ("gpt2", "llama", "mistral", hf_gemma.MODEL_TYPE, "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
 
 # Training-only settings: they never change eval outputs, so a value HF cannot hold is warned
 # about rather than refused.
@@ -302,7 +303,8 @@ def _albert(d: dict) -> dict:
     )
 
 
-_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "bert": _bert, "bart": _bart, "t5": _t5,
+_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, hf_gemma.MODEL_TYPE: lambda d: hf_gemma.read(d, _rope),
+            "bert": _bert, "bart": _bart, "t5": _t5,
             "roberta": _roberta, "distilbert": _distilbert, "albert": _albert, **VISION_READERS}
 
 
@@ -316,6 +318,7 @@ def _is_set(value: Any) -> bool:
 # is one entry here plus its writer below (and its reader above).
 HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
     "decoder": (({"position": "learned", "norm": "layernorm"}, "gpt2", "GPT2LMHeadModel"),
+                hf_gemma.FAMILY,
                 ({"position": "rope", "norm": "rmsnorm", "attn_impl": "sliding"}, "mistral", "MistralForCausalLM"),
                 ({"position": "rope", "norm": "rmsnorm"}, "llama", "LlamaForCausalLM")),
     "encoder": (({"embed_dim": _is_set, "pair_head": True}, "albert", "AlbertForPreTraining"),
@@ -348,7 +351,7 @@ def hf_family(config: ModelConfig) -> tuple[str, str]:
     raise TformerError(
         f"no Hugging Face family matches this {config.arch} with position='{config.position}' and "
         f"norm='{config.norm}'; save_hf writes GPT-2 (learned+layernorm decoder), LLaMA (rope+rmsnorm decoder), "
-        "Mistral (LLaMA with attn_impl='sliding'), "
+        "Mistral (LLaMA with attn_impl='sliding'), Gemma 3 (rope + rmsnorm_offset, sandwich norms, qk_norm), "
         "BERT (encoder), BART (learned encoder-decoder), T5 (relative encoder-decoder), ViT or CLIP"
     )
 
@@ -431,7 +434,9 @@ def _albert_out(c: ModelConfig) -> dict:
                                inner_group_num=1)
 
 
-_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "bert": _bert_out, "bart": _bart_out,
+_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out,
+            hf_gemma.MODEL_TYPE: lambda c: hf_gemma.write(c, _rope_out, _ACTIVATION_OUT), "bert": _bert_out,
+            "bart": _bart_out,
             "t5": _t5_out, "roberta": _roberta_out, "distilbert": _distilbert_out, "albert": _albert_out,
             **VISION_WRITERS}
 
@@ -450,6 +455,7 @@ _FROM_WEIGHTS = {
     "bart": lambda back, c: back.replace(final_logits_bias=c.final_logits_bias),
     "llama": _same_rope,
     "mistral": _same_rope,
+    hf_gemma.MODEL_TYPE: _same_rope,
     **VISION_FROM_WEIGHTS,
 }
 

@@ -75,9 +75,9 @@ _WHOLE = ("n_layer", "n_embd", "n_head", "n_inner", "vocab_size", "n_positions",
           "decoder_ffn_dim", "d_model", "num_layers", "num_decoder_layers", "num_heads", "d_kv", "d_ff",
           "relative_attention_num_buckets", "relative_attention_max_distance", "n_layers", "dim", "n_heads",
           "hidden_dim", "num_hidden_groups", "inner_group_num", "embedding_size", "type_vocab_size", "num_channels",
-          "num_labels", "projection_dim", "sliding_window")
-_NUMBERS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps", "rope_theta", "resid_pdrop", "embd_pdrop",
-            "attn_pdrop", "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
+          "num_labels", "projection_dim", "sliding_window", "query_pre_attn_scalar", "sliding_window_pattern")
+_NUMBERS = ("layer_norm_epsilon", "layer_norm_eps", "rms_norm_eps", "rope_theta", "rope_local_base_freq", "resid_pdrop",
+            "embd_pdrop", "final_logit_softcapping", "attn_logit_softcapping", "attn_pdrop", "attention_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout",
             "activation_dropout", "dropout_rate", "logit_scale_init_value")
 _BOOLS = ("scale_attn_by_inverse_layer_idx", "add_cross_attention", "scale_attn_weights", "attention_bias", "mlp_bias",
           "is_decoder", "tie_word_embeddings", "normalize_before", "add_final_layer_norm", "add_bias_logits",
@@ -90,7 +90,7 @@ _NULLABLE = {"n_inner", "num_key_value_heads", "head_dim", "num_decoder_layers",
              "original_max_position_embeddings", "problem_type", "_name_or_path", "architectures", "id2label",
              "rope_scaling", "rope_parameters", "text_config", "vision_config", "attention_factor", "mscale",
              "mscale_all_dim", "beta_fast", "beta_slow", "factor", "pad_token_id", "bos_token_id", "eos_token_id",
-             "decoder_start_token_id"}
+             "decoder_start_token_id", "final_logit_softcapping", "attn_logit_softcapping"}
 HF_KEY_KINDS = {**dict.fromkeys(_COUNTS, "count"), **dict.fromkeys(_WHOLE, "whole"),
                 **dict.fromkeys(_NUMBERS, "number"), **dict.fromkeys(_BOOLS, "bool"),
                 **dict.fromkeys(_STRINGS, "string"), "problem_type": "string", "_name_or_path": "string",
@@ -99,7 +99,9 @@ HF_KEY_KINDS = {**dict.fromkeys(_COUNTS, "count"), **dict.fromkeys(_WHOLE, "whol
                 "rope_scaling": "rope", "rope_parameters": "rope", "text_config": "tower", "vision_config": "tower"}
 ROPE_KEY_KINDS = {"rope_type": "string", "type": "string", "rope_theta": "number", "factor": "positive",
                   "original_max_position_embeddings": "count", "attention_factor": "number", "mscale": "number",
-                  "mscale_all_dim": "number", "beta_fast": "number", "beta_slow": "number", "truncate": "bool"}
+                  "mscale_all_dim": "number", "beta_fast": "number", "beta_slow": "number", "truncate": "bool",
+                  # Gemma 3: one set per layer type
+                  "full_attention": "rope", "sliding_attention": "rope"}
 _EXPECTED = {"count": "a positive whole number", "whole": "a whole number", "number": "a finite number",
              "positive": "a finite positive number", "bool": "true or false", "string": "a string",
              "ids": "a token id (a whole number), a list of them or null", "names": "a list of class names (strings)",

@@ -4,7 +4,7 @@ form for few-row products, tformer.model.linear).
 
 A choice is never a constant tuned on some other CPU. It is read off timings taken on this machine:
 by `tformer bench` (a sweep of shapes), or, where no bench has run, by a micro-benchmark of at most
-100 ms the first time a model needs the choice. Either way the timings are saved beside the machine's
+100 ms the first time a choice is made (tformer.model.path_choice, before a model decodes). Either way the timings are saved beside the machine's
 profile ($XDG_CACHE_HOME/tformer/profiles/<key>.paths.json), per thread count, and reused. When no
 timing covers a case the answer is the plain path: the safe default is PyTorch's own.
 """

@@ -10,7 +10,7 @@ Method (stated in every result):
   counted by the STREAM convention: copy and scale 2 arrays per element, add and triad 3. Stores
   that first read the line (write-allocate) are real traffic STREAM does not count.
 - GEMV: y = x @ W.T + b for one or a few rows, through the same call the model's Linear layers make
-  (tformer.model.linear.linear), with W well beyond the last-level cache; bytes counted = the bytes
+  (tformer.model.linear.Linear, its path chosen first), with W well beyond the last-level cache; bytes counted = the bytes
   of W only (x, b and y are a rounding error). Batch-1 decode is a chain of these, and they read
   weights at their own rate, not at the STREAM rate.
 
@@ -45,7 +45,8 @@ from tformer.machine.bench_records import (
 from tformer.machine.peaks import cpu_peak_flops
 from tformer.machine.specs import NO_NATIVE, cpu_flops_per_cycle, last_level_cache_bytes
 from tformer.measure.probe import detect_machine
-from tformer.model.linear import linear
+from tformer.model.linear import Linear
+from tformer.model.path_choice import choose_paths
 
 # Size sweeps. bf16/fp16 on CPUs without native support run ~100x slower than fp32, so their sweep
 # starts small and the per-call time budget below stops it before it eats the run.
@@ -191,21 +192,27 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
 
     tdt = _torch_dtype(dtype)
     gen = torch.Generator(device="cpu").manual_seed(k)
-    ws = [torch.randn(n, k, generator=gen).to(device=device, dtype=tdt) for _ in range(max(1, count))]
+    layers = torch.nn.ModuleList()
+    for _ in range(max(1, count)):
+        layer = Linear(k, n, device=device, dtype=tdt)
+        with torch.no_grad():
+            layer.weight.copy_(torch.randn(n, k, generator=gen))
+            layer.bias.zero_()
+        layers.append(layer)
     x = torch.randn(rows, k, generator=gen).to(device=device, dtype=tdt)
-    b = torch.zeros(n, device=device, dtype=tdt)
+    choose_paths(layers, (rows,))  # the path decode takes for this product, chosen as the decoding entry points do
 
     def fn():
         with torch.no_grad():
-            for w in ws:
-                linear(x, w, b)
+            for layer in layers:
+                layer(x)
 
     times, calls, _ = time_calls(fn, _sync_for(device), reps, min_rep_s, warmup=1)
-    times = [t / len(ws) for t in times]
+    times = [t / len(layers) for t in times]
     s = _summary(times)
-    nbytes = n * k * ws[0].element_size()
+    nbytes = n * k * layers[0].weight.element_size()
     return GemvPoint(device=device, dtype=dtype, rows=rows, n=n, k=k, weight_bytes=nbytes, reps=reps,
-                     calls_per_rep=calls * len(ws), bytes_per_s=nbytes / s["median_s"],
+                     calls_per_rep=calls * len(layers), bytes_per_s=nbytes / s["median_s"],
                      bytes_per_s_best=nbytes / s["min_s"], **s)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.model.path_choice import choose_paths
 
 
 @dataclass
@@ -65,6 +66,7 @@ def perplexity(model, ids: list[int], ctx: int = 512, bos_id: int | None = None,
     chunks = chunk_ids(ids, ctx, bos_id, max_chunks)
     first = ctx // 2
     model.eval()
+    choose_paths(model, (min(batch, len(chunks)) * ctx,))  # each Linear's path for these products, before the first
     device = next(model.parameters()).device
     total_nll, scored, running = 0.0, 0, []
     start = time.perf_counter()

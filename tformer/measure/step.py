@@ -16,6 +16,7 @@ from tformer.cost.attention import costed_kind
 from tformer.cost.ledger import ledger
 from tformer.cost.roofline import roofline
 from tformer.model import build
+from tformer.model.path_choice import choose_paths
 from tformer.model.runners import runner_for
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -48,6 +49,8 @@ class StepRunner:
         self.model = build(config.replace(attn_impl=costed_kind(config, w)), device=device, dtype=TORCH_DTYPES[w.dtype])
         self.model.train(w.phase == "train")
         self.runner = runner_for(self.model)
+        if w.phase != "train":  # each Linear's path, chosen before the step that is timed (train: autograd's own)
+            choose_paths(self.model, (w.batch, w.batch * max(w.seq, w.seq_decoder or 0)), TORCH_DTYPES[w.dtype])
         gen = torch.Generator(device="cpu").manual_seed(seed)
         V = config.vocab_size
         ids = torch.randint(0, V, (w.batch, w.seq), generator=gen).to(device)
@@ -100,8 +103,8 @@ class StepRunner:
             self.optimizers.append((None, _optimizer(rest, self.workload.optimizer)))
 
     def _prefill_for_decode(self, gen) -> None:
-        """Fill a static KV cache with ``context`` tokens (untimed); each timed step then decodes
-        position ``context`` and rewinds, so every step sees the same context."""
+        """Fill a KV cache with ``context`` tokens (untimed), one more position reserved; each timed step then
+        decodes position ``context`` in place and rewinds, so every step sees the same context."""
         w, c = self.workload, self.config
         ctx = w.decode_context
         self.next_ids = torch.randint(0, c.vocab_size, (w.batch,), generator=gen).to(self.device)
@@ -134,7 +137,7 @@ class StepRunner:
             if saved is not None:
                 kv.restore(saved)
             else:
-                self.runner.rewind(self.cache, 1)  # the next step overwrites position ``context`` again
+                self.cache.rewind(1)  # the next step overwrites position ``context`` again
         elif phase == "prefill":
             cache = self.runner.new_cache(self.workload.batch)
             self.runner.prefill(cache, self.target, source=self.source, all_logits=True)

@@ -1,4 +1,5 @@
-"""The model family. ``build(config)`` returns the nn.Module for any ModelConfig."""
+"""The model family. ``build(config)`` returns the nn.Module for any ModelConfig: the class that
+the architecture's record (tformer.core.architectures) names, through ``model_class``."""
 
 from __future__ import annotations
 
@@ -15,18 +16,16 @@ from tformer.model.rnn_lm import RecurrentLM
 from tformer.model.rnn_seq2seq import RecurrentSeq2Seq
 from tformer.model.vit import ViTModel
 from tformer.model.clip import CLIPModel
+from tformer.model.records import model_class, runner_class
 from tformer.model.runners import Batch, Runner, runner_for
 from tformer.model.compiled import compiled_runner
-
-ARCHITECTURES = {"decoder": DecoderLM, "encoder": EncoderModel, "encoder-decoder": EncoderDecoderModel,
-                 "rnn": RecurrentLM, "rnn-seq2seq": RecurrentSeq2Seq, "vit": ViTModel, "clip": CLIPModel}
 
 
 def build(config, device=None, dtype=None, init: bool = True) -> TransformerModel:
     """Build the model; on device="meta" nothing is allocated (for counting the big presets)."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     with device:
-        model = ARCHITECTURES[config.arch](config)
+        model = model_class(config.arch)(config)  # the class the arch's record names
     if init and device.type != "meta":
         init_weights(model)
     if dtype is not None:
@@ -47,7 +46,8 @@ def with_attention(model: TransformerModel, name: str) -> TransformerModel:
 
 
 __all__ = [
-    "build", "with_attention", "ATTENTION", "attention_fn", "runner_for", "compiled_runner", "Runner", "Batch",
+    "build", "with_attention", "model_class", "runner_class", "ATTENTION", "attention_fn", "runner_for",
+    "compiled_runner", "Runner", "Batch",
     "ModelOutput", "TransformerModel", "KVCache", "DecoderLM", "EncoderModel", "EncoderDecoderModel",
     "RecurrentLM", "RecurrentSeq2Seq", "ViTModel", "CLIPModel",
 ]

@@ -13,7 +13,7 @@ from tformer.model.masks import AttentionMask, build_mask
 from tformer.model.norm import make_norm
 from tformer.model.vision import PatchEmbed
 from tformer.model.position import (
-    ALiBi, LearnedPositions, RelativePositionBias, RopeScaling, SinusoidalPositions, rope_cos_sin,
+    NO_SCALING, ALiBi, LearnedPositions, RelativePositionBias, RopeScaling, SinusoidalPositions, rope_cos_sin,
 )
 
 
@@ -22,31 +22,39 @@ class Block(nn.Module):
 
     post-norm (the 2017 paper, BERT, BART):  x = norm(x + sublayer(x))
     pre-norm  (GPT-2, LLaMA, T5):            x = x + sublayer(norm(x))
+    sandwich  (Gemma 2 and 3):               x = x + post_norm(sublayer(norm(x)))
     """
 
     def __init__(self, config, spec):
         """spec: one layer of the architecture description (tformer.cost.architecture.Layer)."""
         super().__init__()
         layer_idx, cross = spec.index, len(spec.attention) > 1
-        self.pre_norm = config.norm_placement == "pre"
+        self.pre_norm = config.norm_placement in ("pre", "sandwich")
+        attention = spec.attention[0]
         self.attn_norm = make_norm(config)
-        self.attn = MultiHeadAttention(config, layer_idx, spec=spec.attention[0])
+        self.attn = MultiHeadAttention(config, layer_idx, spec=attention)
+        # Registered after the sublayer it follows, as the description lists it (tformer.cost.description).
+        self.attn_post_norm = make_norm(config) if attention.post_norm else None
         self.cross_attn_norm = make_norm(config) if cross else None
         self.cross_attn = MultiHeadAttention(config, layer_idx, cross=True, spec=spec.attention[1]) if cross else None
         self.mlp_norm = make_norm(config)
         self.mlp = FeedForward(config, spec.mlp)
+        self.mlp_post_norm = make_norm(config) if spec.mlp.post_norm else None
         self.dropout = nn.Dropout(config.dropout)
 
-    def _residual(self, x, norm, sublayer):
+    def _residual(self, x, norm, sublayer, post_norm=None):
         if self.pre_norm:
             out, weights = sublayer(norm(x))
+            if post_norm is not None:
+                out = post_norm(out)
             return x + self.dropout(out), weights
         out, weights = sublayer(x)
         return norm(x + self.dropout(out)), weights
 
     def forward(self, x, self_mask, rope=None, memory=None, cross_mask=None, cache=None, need_weights=False):
         x, self_w = self._residual(
-            x, self.attn_norm, lambda h: self.attn(h, self_mask, rope=rope, cache=cache, need_weights=need_weights)
+            x, self.attn_norm, lambda h: self.attn(h, self_mask, rope=rope, cache=cache, need_weights=need_weights),
+            self.attn_post_norm,
         )
         cross_w = None
         if self.cross_attn is not None:
@@ -55,7 +63,7 @@ class Block(nn.Module):
                 self.cross_attn_norm,
                 lambda h: self.cross_attn(h, cross_mask, memory=memory, cache=cache, need_weights=need_weights),
             )
-        x, _ = self._residual(x, self.mlp_norm, lambda h: (self.mlp(h), None))
+        x, _ = self._residual(x, self.mlp_norm, lambda h: (self.mlp(h), None), self.mlp_post_norm)
         return x, self_w, cross_w
 
 
@@ -82,6 +90,12 @@ class Stack(nn.Module):
             self.positions = SinusoidalPositions(*table)
         rope = kind == "rope"
         self.rope = (config.head_dim, config.rope_theta, RopeScaling.from_config(config)) if rope else None
+        # Per depth (base, scaling): a sliding layer with a base of its own (Gemma 3's local layers) rotates unscaled,
+        # as its checkpoints were trained.
+        local = [config.layer_types is not None and config.layer_types[i] == "sliding"
+                 and config.rope_local_theta is not None for i in range(len(spec.layers))]
+        self.layer_rope = [(config.rope_local_theta, NO_SCALING) if own else (config.rope_theta, self.rope[2])
+                           for own in local] if rope else None
         self.score_bias = None
         if kind == "alibi":
             self.score_bias = ALiBi(config.n_heads)
@@ -152,24 +166,30 @@ class Stack(nn.Module):
             position_ids = torch.arange(past, total, device=h.device)[None].expand(B, T)
         h = self.enter(h, position_ids, added_positions)
 
-        # A rolling cache (sliding window) has dropped the oldest keys: those it holds start at k_start.
-        k_start = cache.start if cache is not None else 0
+        # Each layer's cache holds keys from its own first position (a rolling layer has dropped the oldest):
+        # one mask per distinct start, each depth reading its layer's.
+        held_from = cache.starts if cache is not None else None
+        starts = [held_from[self.layers[i].attn.layer_idx] if held_from else 0 for i in self.order]
+        masks = {k_start: self._self_mask(T, past, k_start, attention_mask, prefix_length, h)
+                 for k_start in dict.fromkeys(starts)}
+        cross_mask = None
+        if memory is not None:
+            cross_mask = build_mask(T, memory.shape[1], causal=False, key_padding=memory_mask,
+                                    dtype=h.dtype, device=h.device)
+        return self._layers(h, [masks[s] for s in starts], self._ropes(position_ids, h.dtype), memory, cross_mask,
+                            cache, need_weights)
+
+    def _self_mask(self, T, past, k_start, attention_mask, prefix_length, h) -> AttentionMask:
+        """The self-attention mask of T queries after ``past`` positions over keys from position ``k_start``."""
+        total = past + T
         if attention_mask is not None and k_start:
             attention_mask = attention_mask[:, k_start:]
         score_bias = None
         if self.score_bias is not None:
             k_pos = torch.arange(k_start, total, device=h.device)
             score_bias = self.score_bias(k_pos[past - k_start:], k_pos)
-        self_mask = build_mask(T, total - k_start, causal=self.causal, key_padding=attention_mask,
-                               position_bias=score_bias, k_start=k_start, dtype=h.dtype, device=h.device,
-                               prefix=prefix_length)
-        cross_mask = None
-        if memory is not None:
-            cross_mask = build_mask(T, memory.shape[1], causal=False, key_padding=memory_mask,
-                                    dtype=h.dtype, device=h.device)
-        rope = rope_cos_sin(position_ids, *self.rope[:2], h.dtype, self.rope[2]) if self.rope else None
-
-        return self._layers(h, [self_mask] * len(self.order), rope, memory, cross_mask, cache, need_weights)
+        return build_mask(T, total - k_start, causal=self.causal, key_padding=attention_mask, position_bias=score_bias,
+                          k_start=k_start, dtype=h.dtype, device=h.device, prefix=prefix_length)
 
     def _forward_preallocated(self, h, position_ids, memory, memory_mask, cache, need_weights, prefix_length,
                               added_positions):
@@ -188,15 +208,22 @@ class Stack(nn.Module):
         if memory is not None:
             cross_mask = (build_mask(T, memory.shape[1], causal=False, dtype=h.dtype, device=h.device)
                           if memory_mask is None else AttentionMask.padding_only(T, memory_mask.bool(), h.dtype))
-        rope = rope_cos_sin(position_ids, *self.rope[:2], h.dtype, self.rope[2]) if self.rope else None
-        return self._layers(h, masks, rope, memory, cross_mask, cache, need_weights)
+        return self._layers(h, masks, self._ropes(position_ids, h.dtype), memory, cross_mask, cache, need_weights)
 
-    def _layers(self, h, self_masks, rope, memory, cross_mask, cache, need_weights):
+    def _ropes(self, position_ids: torch.Tensor, dtype: torch.dtype) -> list | None:
+        """Per depth the (cos, sin) its layer rotates q and k by: one computation per distinct base."""
+        if self.rope is None:
+            return None
+        tables = {key: rope_cos_sin(position_ids, self.rope[0], key[0], dtype, key[1])
+                  for key in dict.fromkeys(self.layer_rope)}
+        return [tables[self.layer_rope[depth]] for depth in range(len(self.order))]
+
+    def _layers(self, h, self_masks, ropes, memory, cross_mask, cache, need_weights):
         """The blocks by depth (a shared layer runs at every depth it holds), then the final norm."""
         self_weights, cross_weights = [], []
-        for i, mask in zip(self.order, self_masks):
-            h, sw, cw = self.layers[i](h, mask, rope=rope, memory=memory, cross_mask=cross_mask,
-                                       cache=cache, need_weights=need_weights)
+        for depth, (i, mask) in enumerate(zip(self.order, self_masks)):
+            h, sw, cw = self.layers[i](h, mask, rope=ropes[depth] if ropes else None, memory=memory,
+                                       cross_mask=cross_mask, cache=cache, need_weights=need_weights)
             self_weights.append(sw)
             cross_weights.append(cw)
         if self.final_norm is not None:

@@ -33,7 +33,7 @@ import torch
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.model.base import TransformerModel
-from tformer.model.quantized import prepare_quantized
+from tformer.model.path_choice import choose_paths
 from tformer.model.runner_base import positions_from_mask
 from tformer.model.runners import DecoderRunner, EncoderDecoderRunner, runner_for
 from tformer.model.slot_cache import SlotCache, layer_windows
@@ -114,7 +114,7 @@ class StaticDecoder:
 
     def buffers(self, rows: int, length: int, zero: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer (k, v) of (rows, H_kv, length, D), kept for the next generation of this shape; zeroed
-        unless the caller overwrites every element (beam search's reorder copies whole rows in)."""
+        unless the caller overwrites every element (beam search's select copies whole rows in)."""
         key = (rows, length)
         found = self._buffers.pop(key, None)
         if found is None:
@@ -152,7 +152,7 @@ class StaticDecoder:
             return 0.0
         tokens = torch.zeros(kv.rows, dtype=torch.long, device=self.device)
         t = time.perf_counter()
-        prepare_quantized(self.model, kv.rows, self.dtype)  # the kernels' choices and packing, before tracing
+        choose_paths(self.model, (kv.rows,), self.dtype)  # the kernels' choices and packing, before tracing
         for _ in range(2 if self.mode == "reduce-overhead" else 1):  # CUDA graphs record on the second call
             self.step(kv, tokens, memory, memory_mask)
             kv.rewind(1)
@@ -174,7 +174,7 @@ class _Compiled:
         length = cache_length(max_len, self.config.max_positions)
         cache = super().new_cache(rows, None, kv=False)
 
-        def pool(r):  # beam search's reorder moves rows into these (every element overwritten: no zeroing)
+        def pool(r):  # beam search's select moves rows into these (every element overwritten: no zeroing)
             return self.decoder.buffers(r, length, zero=False)
         d = self.decoder
         cache.kv = SlotCache.allocate(self.config, d.n_layers, rows, length, d.dtype, d.device,
@@ -215,12 +215,6 @@ class _Compiled:
     def _source(self, cache):
         return None, None
 
-    def rewind(self, cache, n):
-        if n <= 0:
-            return
-        cache.kv.rewind(n)
-        cache.read -= n
-
 
 class CompiledDecoderRunner(_Compiled, DecoderRunner):
     def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
@@ -242,11 +236,6 @@ class CompiledEncoderDecoderRunner(_Compiled, EncoderDecoderRunner):
 
     def _source(self, cache):
         return cache.memory, cache.source_mask
-
-    def rewind(self, cache, n):
-        if n > 0 and cache.read - n <= 0:
-            raise TformerError("a compiled encoder-decoder cache cannot rewind past the decoder's first token")
-        super().rewind(cache, n)
 
 
 def compiled_pool_step(model: TransformerModel, backend: str = "inductor"):

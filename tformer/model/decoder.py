@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 
 from tformer.cost.architecture import describe
-from tformer.model.attention.sliding import rolling_positions
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -28,13 +27,17 @@ class DecoderLM(TransformerModel):
         else:
             self.add_lm_head(arch)
 
-    def new_cache(self, max_length: int | None = None) -> KVCache:
-        """Sliding-window attention gets a rolling cache: memory capped at the window, whatever the length."""
-        return KVCache(self.config.n_layers, max_length, window=rolling_positions(self.config))
+    def new_cache(self, reserve: int | None = None) -> KVCache:
+        """A KV cache of one layout per layer (a sliding-window layer's rolling window caps its memory, whatever
+        the length); ``reserve``: positions the growing layers allocate up front and then write in place."""
+        return KVCache.for_config(self.config, self.config.n_layers, reserve or 0)
 
     def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (..., d_model) -> next-token logits (..., vocab)."""
-        return self.lm_head(h)
+        """Final hidden states (..., d_model) -> next-token logits (..., vocab); with logit_softcap, squashed
+        into (-cap, cap) by cap * tanh(logits / cap) (Gemma 2: large logits saturate instead of dominating)."""
+        logits = self.lm_head(h)
+        cap = self.config.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)
 
     def forward(
         self,
@@ -46,6 +49,7 @@ class DecoderLM(TransformerModel):
         labels: torch.Tensor | None = None,  # (B, T); shifted inside, -100 = ignore (a task head: its labels)
         output_attentions: bool = False,
         logits_to_keep: int = 0,  # > 0: logits for the last n positions only (generation); 0 = all
+        skip_head: bool = False,  # True: no logits, last_hidden_state only (a chunked loss applies the head itself)
         prefix_length: torch.Tensor | None = None,  # (B,) prefix LM: each row's first n tokens see each other
         start_positions: torch.Tensor | None = None,  # (B,) question answering: the answer's first token
         end_positions: torch.Tensor | None = None,  # (B,) ... and its last
@@ -60,11 +64,11 @@ class DecoderLM(TransformerModel):
                                               end_positions))
         # Generation needs only the last position's logits; the head over a long prompt would
         # otherwise cost T x d_model x vocab multiply-adds for numbers that are thrown away.
-        logits = self.lm_logits(h[:, -logits_to_keep:] if logits_to_keep else h)
+        logits = None if skip_head else self.lm_logits(h[:, -logits_to_keep:] if logits_to_keep else h)
         return ModelOutput(
             logits=logits,
             last_hidden_state=h,
-            loss=lm_loss(logits, labels, shift=True) if labels is not None else None,
+            loss=lm_loss(logits, labels, shift=True) if labels is not None and logits is not None else None,
             past_key_values=cache,
             attentions=attentions if output_attentions else None,
         )

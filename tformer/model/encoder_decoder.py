@@ -12,7 +12,6 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
-from tformer.model.attention.sliding import rolling_positions
 from tformer.model.base import ModelOutput, TransformerModel, lm_loss
 from tformer.model.blocks import Stack
 from tformer.model.cache import KVCache
@@ -30,8 +29,10 @@ class EncoderDecoderModel(TransformerModel):
         else:
             self.final_logits_bias = None
 
-    def new_cache(self, max_length: int | None = None) -> KVCache:
-        return KVCache(self.config.n_decoder_layers, max_length, window=rolling_positions(self.config))
+    def new_cache(self, reserve: int | None = None) -> KVCache:
+        """A KV cache of one layout per layer (a sliding-window layer's rolling window caps its memory, whatever
+        the length); ``reserve``: positions the growing layers allocate up front and then write in place."""
+        return KVCache.for_config(self.config, self.config.n_decoder_layers, reserve or 0)
 
     def encode(self, input_ids, attention_mask=None, output_attentions=False):
         """(B, S) source ids -> (memory (B, S, d_model), per-layer attention weights)."""

@@ -1,21 +1,26 @@
 """nn.Linear, with a second CPU path for the few-row products of decoding, taken only where this
-machine measured it faster.
+machine measured it faster, and chosen once per layer: never inside forward.
 
 ``F.linear`` is the teaching path, the reference and the default. The alternative is
 ``split_rows_linear`` (tformer.model.split_linear): the same sums with the weight's output rows cut
 into one slice per thread. Whether it pays depends on the CPU and its BLAS, so no threshold is
 written here. The choice for a product of ``rows`` x ``k`` with an ``n`` x ``k`` weight is read off
 timings taken on this machine (tformer.machine.path_choices): the ones `tformer bench` saved, or,
-where none cover the current thread count, a micro-benchmark of about 100 ms run once, at the first
-few-row product, and saved beside the machine's profile (tformer.model.linear_tuning). Nothing
-measured near the shape means the plain path.
+where none cover the current thread count, a micro-benchmark of about 100 ms (tformer.model.linear_tuning)
+run once and saved beside the machine's profile. Nothing measured near the shape means the plain path.
+
+The choice is made by an explicit pass, ``choose_paths(model, rows)`` (tformer.model.path_choice), which the
+entry points that decode run once (generate, the serving batcher, the measured step, a compiled step before
+tracing): it sets each Linear's ``split_rows``, the row counts whose products split, at the thread count it
+was made for. A forward reads that attribute and nothing else: no environment variable, no table, no timing.
+A model no pass has visited (training, a plain ``model(ids)``) runs F.linear.
 
 The split path is only ever a candidate without autograd (training keeps PyTorch's own backward),
 on CPU, in fp32, with more than one thread and a contiguous weight of at least one row per slice.
 
-``TFORMER_LINEAR_PATH`` overrides the choice for a process: ``plain`` (always F.linear), ``split``
-(every candidate splits, to time that path), ``auto`` (the default: measured). ``use_paths(table)``
-does the same in code, with a table of timings (tests, benches).
+``TFORMER_LINEAR_PATH`` overrides what the pass chooses, for a process: ``plain`` (always F.linear),
+``split`` (every candidate splits, to time that path), ``auto`` (the default: measured). ``use_paths(table)``
+does the same in code, with a table of timings (tests, benches), for the passes made inside the block.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
 from tformer.core.errors import TformerError
-from tformer.machine.path_choices import PLAIN, PathTable, load_paths, record_paths
+from tformer.machine.path_choices import MAX_FACTOR, PLAIN, PathTable, load_paths, record_paths
 from tformer.model import linear_tuning
 from tformer.model.block_quantized import LAYOUTS as BLOCK_LAYOUTS
 from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear
@@ -38,7 +43,6 @@ from tformer.model.split_linear import split_rows_linear
 
 MODES = ("auto", "plain", "split")
 _state = {"table": None, "override": None}  # the loaded/tuned PathTable; a table or mode set in code
-_choices: dict[tuple, str] = {}  # (rows, n, k, threads) -> path; cleared when use_paths() changes the source
 
 
 def mode() -> str:
@@ -65,8 +69,6 @@ def path_table(threads: int | None = None) -> PathTable:
     if table is None:
         table = load_paths(on_damage=_note)  # a damaged cache is measured again and replaced
     if threads > 1 and not table.covers("linear", threads, "fp32"):
-        if torch.compiler.is_compiling():
-            return table  # never time inside a trace: the compiled graph takes the plain path here
         # Outside any active dispatch mode: a FlopCounterMode or a profiler's recorder around the first
         # product must not count the benchmark's own products as the model's.
         with _disable_current_modes():
@@ -86,46 +88,31 @@ def _note(line: str) -> None:
 
 @contextlib.contextmanager
 def use_paths(table: PathTable | str):
-    """Within the block, choose from ``table`` (a PathTable) or by a mode ("plain", "split", "auto")."""
+    """Within the block, choose_paths chooses from ``table`` (a PathTable) or by a mode ("plain", "split",
+    "auto"); what it chose stays with the modules after the block."""
     if isinstance(table, str) and table not in MODES:
         raise TformerError(f"linear path mode {table!r} is unknown; use auto, plain or split")
     previous = _state["override"]
     _state["override"] = table
-    _choices.clear()
     try:
         yield
     finally:
         _state["override"] = previous
-        _choices.clear()
 
 
-def choose(rows: int, n: int, k: int, threads: int) -> str:
-    """'plain' or 'split' for a candidate product (see the module docstring for what is a candidate)."""
+def split_rows_for(n: int, k: int, threads: int) -> frozenset[int] | range:
+    """The row counts whose products with an (n, k) fp32 weight take the split path at ``threads`` threads:
+    every count under ``split`` mode, the measured ones under ``auto``, none under ``plain``. Row counts
+    beyond the table's reach (MAX_FACTOR past its largest measured rows) stay plain."""
     how = mode()
-    if how != "auto":
-        return how
-    if torch.compiler.is_compiling() and _state["table"] is None and not isinstance(_state["override"], PathTable):
-        return PLAIN  # nothing loaded yet and no timing inside a trace; not cached, eager calls still tune
-    key = (rows, n, k, threads)
-    found = _choices.get(key)
-    if found is None:
-        found = _choices[key] = path_table(threads).choose("linear", rows, n, k, threads, "fp32")
-    return found
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, through the split path where this machine measured it faster: the call every Linear makes."""
-    if torch.compiler.is_compiling():  # a compiled graph picks its own kernels; timings of eager calls do not apply
-        return F.linear(x, weight, bias)
-    if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 \
-            or not weight.is_contiguous() or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
-        return F.linear(x, weight, bias)
-    n, k = weight.shape
-    rows = x.numel() // k if k else 0
-    threads = torch.get_num_threads()
-    if threads < 2 or rows < 1 or n < threads or choose(rows, n, k, threads) == PLAIN:
-        return F.linear(x, weight, bias)
-    return split_rows_linear(x, weight, bias, threads)
+    if threads < 2 or n < threads or how == PLAIN:
+        return frozenset()
+    if how == "split":
+        return range(1, 1 << 62)
+    table = path_table(threads)
+    measured = [p.rows for p in table.points if p.op == "linear" and p.threads == threads and p.dtype == "fp32"]
+    top = int(max(measured, default=0) * MAX_FACTOR)
+    return frozenset(r for r in range(1, top + 1) if table.choose("linear", r, n, k, threads, "fp32") != PLAIN)
 
 
 def quantized_linear(spec) -> QuantizedLinear:
@@ -141,7 +128,12 @@ def quantized_linear(spec) -> QuantizedLinear:
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters, same state-dict keys) that takes the split path where it pays here."""
+    """nn.Linear (same parameters, same state-dict keys) that takes the split path where choose_paths found
+    it pays here."""
+
+    # Set by tformer.model.path_choice.choose_paths; the class defaults run F.linear for every product.
+    split_rows: frozenset[int] | range = frozenset()  # row counts whose products split
+    split_threads: int = 0  # the thread count the choice was made for (at another one, F.linear)
 
     @classmethod
     def described(cls, spec) -> "Linear":
@@ -152,8 +144,16 @@ class Linear(nn.Linear):
         return cls(spec.d_in, spec.d_out, bias=spec.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        # All but the row count held when the choice was made; checked again because a module can be moved,
+        # cast, compiled or trained after it (each check is cheap and none reads a tensor's values).
+        if self.split_rows and x.device.type == "cpu" and x.dtype == torch.float32 \
+                and self.weight.dtype == torch.float32 and not torch.compiler.is_compiling() \
+                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) \
+                and x.numel() // self.in_features in self.split_rows \
+                and torch.get_num_threads() == self.split_threads:
+            return split_rows_linear(x, self.weight, self.bias, self.split_threads)
+        return F.linear(x, self.weight, self.bias)
 
 
-__all__ = ["MODES", "Linear", "choose", "linear", "mode", "path_table", "quantized_linear", "split_rows_linear",
+__all__ = ["MODES", "Linear", "mode", "path_table", "quantized_linear", "split_rows_for", "split_rows_linear",
            "use_paths"]

@@ -1,4 +1,5 @@
-"""Normalisation layers: LayerNorm (with a hand-written twin of F.layer_norm) and RMSNorm."""
+"""Normalisation layers: LayerNorm (with a hand-written twin of F.layer_norm), RMSNorm, and Gemma's RMSNorm
+whose scale is 1 + w."""
 
 from __future__ import annotations
 
@@ -48,8 +49,29 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
+class OffsetRMSNorm(nn.Module):
+    """RMSNorm with the scale written as 1 + w, w starting at 0 (Gemma): a freshly built layer is the identity
+    scale, and weight decay pulls the scale toward 1 rather than 0.
+
+    Unlike RMSNorm above, the scale multiplies in fp32 before the cast back (as Gemma's reference does), so in
+    bf16 the two differ by one rounding.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (x32 * (1.0 + self.weight.float())).to(x.dtype)
+
+
 def make_norm(config, d: int | None = None) -> nn.Module:
     d = d or config.d_model
     if config.norm == "rmsnorm":
         return RMSNorm(d, config.norm_eps)
+    if config.norm == "rmsnorm_offset":
+        return OffsetRMSNorm(d, config.norm_eps)
     return LayerNorm(d, config.norm_eps)

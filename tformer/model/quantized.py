@@ -15,7 +15,8 @@ saved: it is rebuilt from the stored weight when that changes). Both kernels are
 activations and run fp32 ones element by element (on an AVX-512 Xeon: int8 at 1 row, fp32 in 4x slower than
 fp32 F.linear, bf16 in 2.5x faster), so the kernel path rounds the input to bf16 and returns fp32: it equals the
 reference within bf16 rounding (about 3e-3 relative), which tests hold. A CPU without native bf16 may find the
-reference faster: the choice is timed on the machine, at each layer shape's first call (``uses_kernel``).
+reference faster: the choice is timed on the machine, once per layer shape, by an explicit pass before decoding
+(``choose``, run by tformer.model.path_choice.choose_paths); forward only reads it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ KERNEL_DTYPE = torch.bfloat16  # the activation dtype the CPU kernels are vector
 INT4_MID = 8  # the kernel's int4 values 0..15 are centred on 8
 _INT4_N_MULTIPLE = 16  # the int4 CPU packer takes whole blocks of 16 output rows; rows beyond pad with zeros
 PATHS = ("auto", "kernel", "reference")
-# "auto" times both paths at a layer shape's first call, per bucket of rows (decode's 1, a few, a prefill's many)
-# and thread count; the faster one serves that shape for the rest of the process.
+# "auto" takes what choose() measured faster for a shape, per bucket of rows (decode's 1, a few, a prefill's
+# many) and thread count, timed once per process (choose_paths runs it before decoding).
 ROW_BUCKETS = (1, 8, 64, 1 << 62)
 CHOICE_REPS = 3
 _CHOICES: dict[tuple, bool] = {}
@@ -70,7 +71,7 @@ class QuantizedLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
         self.path = "auto"  # "kernel" | "reference" force one path (tests, benches)
         self._packed: tuple | None = None  # (key of the stored tensors, what the kernel reads)
-        self._traced: dict[int, bool] = {}  # row bucket -> kernel: the choices prepare() made for compiled graphs
+        self._chosen: dict[int, bool] = {}  # row bucket -> kernel: what choose() decided (none: the reference)
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, group: int | None = None):
@@ -90,23 +91,29 @@ class QuantizedLinear(nn.Module):
         raise NotImplementedError
 
     def uses_kernel(self, x: torch.Tensor) -> bool:
-        """The kernel where it exists and measured faster than the reference on this machine, for this shape.
-        Inside a compiled graph nothing can be timed: the choice prepare() made before tracing holds (none: the
-        reference)."""
+        """The path for this product: a forced one, else what ``choose`` decided for its bucket of rows (none
+        decided: the reference). Nothing is timed or looked up here."""
         if self.path != "auto":
             return self.path == "kernel"
         rows = x.numel() // self.in_features
+        return self._chosen.get(next(b for b in ROW_BUCKETS if rows <= b), False)
+
+    def choose(self, rows: int, dtype: torch.dtype = torch.float32) -> bool:
+        """Decide the path for products of ``rows`` rows (their bucket of ROW_BUCKETS) at the current thread
+        count: the kernel where it exists and measured faster than the reference on this layer's shape (one
+        timing per shape, layout and thread count, shared by the layers alike), and pack the kernel's operands
+        now, so a graph compiled next reads both as constants. Run by tformer.model.path_choice.choose_paths."""
         bucket = next(b for b in ROW_BUCKETS if rows <= b)
-        if torch.compiler.is_compiling():
-            return self._traced.get(bucket, False)
-        if not (_KERNELS[self.kernel_bits] and x.device.type == "cpu" and self.weight.device.type == "cpu"):
-            return False
-        key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features, bucket,
-               torch.get_num_threads())
-        found = _CHOICES.get(key)
-        if found is None:
-            found = _CHOICES[key] = self._kernel_measured_faster(x)
-        return found
+        kernel = False
+        if _KERNELS[self.kernel_bits] and self.weight.device.type == "cpu":
+            key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features, bucket,
+                   torch.get_num_threads())
+            x = torch.randn(rows, self.in_features, dtype=dtype)
+            kernel = _CHOICES[key] = _CHOICES[key] if key in _CHOICES else self._kernel_measured_faster(x)
+        if kernel:
+            self._kernel_operands()
+        self._chosen[bucket] = kernel
+        return kernel
 
     def _kernel_measured_faster(self, x: torch.Tensor) -> bool:
         """Both paths timed on this layer's own weight and input (alternating, the median of CHOICE_REPS after a
@@ -143,20 +150,11 @@ class QuantizedLinear(nn.Module):
         # A load_state_dict copy bumps the version counter in place, a reassigned buffer has a new pointer.
         return tuple((t.data_ptr(), t._version) for t in self.buffers(recurse=False))
 
-    def prepare(self, rows: int, dtype: torch.dtype = torch.float32) -> None:
-        """Choose the path for products of ``rows`` rows now (timed on a random input) and pack the kernel's
-        operands, so a graph compiled next reads both as constants."""
-        x = torch.randn(rows, self.in_features, dtype=dtype, device=self.weight.device)
-        kernel = self.uses_kernel(x)
-        if kernel:
-            self._kernel_operands()
-        self._traced[next(b for b in ROW_BUCKETS if rows <= b)] = kernel
-
     def _kernel_operands(self):
         if torch.compiler.is_compiling():  # prepare() packed them; data pointers cannot be read in a graph
             if self._packed is None:
                 raise TformerError("a quantized Linear forced onto its kernel is traced unprepared; call "
-                                   "tformer.model.quantized.prepare_quantized(model, rows) before compiling")
+                                   "tformer.model.path_choice.choose_paths(model, rows) before compiling")
             return self._packed[1]
         key = self._stored_key()
         if self._packed is None or self._packed[0] != key:
@@ -181,14 +179,6 @@ def quantized_path(model, path: str):
     finally:
         for m in modules:
             m.path = "auto"
-
-
-def prepare_quantized(model, rows: int, dtype: torch.dtype = torch.float32) -> None:
-    """Every quantized Linear of ``model`` prepared for products of ``rows`` rows (QuantizedLinear.prepare): what
-    a compiled step does before tracing."""
-    for module in model.modules():
-        if isinstance(module, QuantizedLinear):
-            module.prepare(rows, dtype)
 
 
 class Int8Linear(QuantizedLinear):
@@ -298,6 +288,5 @@ class Int4Linear(Int4KernelLinear):
         return super().extra_repr() + f", group={self.group}"
 
 
-__all__ = ["KERNEL_DTYPE", "PATHS", "Int4KernelLinear", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels", "nibble_pairs",
-           "pack_pairs",
-           "prepare_quantized", "quantized_path"]
+__all__ = ["KERNEL_DTYPE", "PATHS", "Int4KernelLinear", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels",
+           "nibble_pairs", "pack_pairs", "quantized_path"]

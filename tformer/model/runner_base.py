@@ -1,10 +1,12 @@
-"""The runner's base: the batch record a training source gives, the cache record generation keeps, and the
-Runner every architecture's runner extends (tformer.model.runners maps each architecture to its runner)."""
+"""The runner's base: the batch record a training source gives, the cache record generation keeps (with the row
+operations beam search and serving apply to it), and the Runner every architecture's runner extends
+(tformer.model.runners maps each architecture to its runner)."""
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +46,8 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Cache:
-    """What generation has read so far; each runner's record adds its own fields."""
+    """What generation has read so far, and the row operations generation and serving apply to it; each
+    runner's record adds its own fields and extends them (runners.py)."""
 
     rows: int  # N: sequences (beams count)
     kv: KVCache | None  # None: no KV cache, each step reruns every token read so far
@@ -52,17 +55,48 @@ class Cache:
     read: int = 0  # columns written, as a compiled runner counts them (it never reads its cache's lengths back)
     compile_seconds: float = 0.0  # time spent compiling the step for this cache's shapes (0: eager, or reused)
 
+    what: ClassVar[str] = "these"  # whose sequences, in the message of a refused join
+
     @property
     def nbytes(self) -> int:
         """Bytes of KV cache in use (0 without one)."""
         return self.kv.nbytes if self.kv is not None else 0
 
-    def _keep(self, index: torch.Tensor) -> None:
+    def select(self, index: torch.Tensor, within_inputs: bool = False) -> None:
+        """Keep rows ``index`` (N',), in that order, with everything each row carries: beam search's beams of
+        each input (expanding), the rows still running in a serving batch. ``within_inputs``: ``index`` only
+        moves rows among the beams of each input (beam search's survivors), so what all of an input's beams
+        share (a seq2seq model's source) stays where it is."""
         if self.ids is not None:
             self.ids = self.ids[index]
         if self.kv is not None:
-            self.kv.reorder(index)
+            self.kv.select(index)
         self.rows = index.numel()
+
+    def rewind(self, n: int) -> None:
+        """Forget the last ``n`` tokens read: the next step reads at that position again."""
+        if n <= 0:
+            return
+        if self.kv is not None:
+            self.kv.rewind(n)
+        if self.ids is not None:
+            self.ids = self.ids[:, :-n]
+        self.read = max(self.read - n, 0)
+
+    # Continuous batching: sequences that started apart share one batch ----------------------------
+    @property
+    def joinable(self) -> bool:
+        """Whether ``join`` can take this cache's rows into a batch of others (a serving loop whose cache cannot
+        admits a new group only when the batch has emptied)."""
+        return False
+
+    def join(self, other: Cache) -> Cache:
+        """A new cache with the rows of this one then those of ``other``, which may have read different numbers
+        of tokens; a step then advances all of them at once."""
+        raise TformerError(f"{self.what} sequences cannot join a running batch; serve them one group at a time")
+
+    def compact(self) -> None:
+        """Drop what no row needs any more (left padding after the longer rows have left)."""
 
 
 class Runner:
@@ -106,6 +140,17 @@ class Runner:
         return describe(self.config).loss_skips
 
     # Training and plain forward passes ---------------------------------------------------------
+    loss_chunk = 0  # rows of logits the LM loss forms at a time (set by chunk_loss); 0: all at once
+
+    def chunk_loss(self, rows: int) -> None:
+        """From now on, form the LM loss's (rows, vocabulary) logits ``rows`` rows at a time, forward and backward
+        (tformer.model.chunked_loss: the same loss and gradients in a fraction of the memory); 0: all at once.
+        Only a runner whose loss reads a plain LM head offers it (DecoderRunner); the others refuse in one line."""
+        if rows:
+            task = f", with a {self.config.task} head" if getattr(self.config, "task", "") else ""
+            raise TformerError(f"--loss-chunk applies to a decoder-only language model's next-token loss; this one is "
+                               f"{self.label}{task}, trained by {type(self).__name__}'s own loss; drop --loss-chunk")
+
     def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
         """The batch a training source would give for these (B, T) token ids, each predicting
         itself (for timing and tests, not learning). ``decoder_ids``: a seq2seq model's target."""
@@ -156,8 +201,9 @@ class Runner:
                             "Use a decoder or encoder-decoder checkpoint")
 
     def new_cache(self, rows: int, max_len: int | None = None, kv: bool = True) -> Cache:
-        """An empty cache for ``rows`` sequences. max_len: pre-allocate that many positions and
-        write in place (static layout); None: grow by concatenation. kv=False: no KV cache."""
+        """An empty cache for ``rows`` sequences, which carries the row operations (select, rewind, join).
+        max_len: the positions generation will need; the growing KV layers reserve them and write each step in
+        place (a compiled runner: its preallocated length). None: grow by concatenation. kv=False: no KV cache."""
         raise self._no_decoder()
 
     def prefill(self, cache: Cache, ids: torch.Tensor, mask: torch.Tensor | None = None, *,
@@ -170,42 +216,6 @@ class Runner:
     def step(self, cache: Cache, tokens: torch.Tensor) -> torch.Tensor:
         """Read one new token per row, (N,); return the logits for the next position, (N, V)."""
         raise self._no_decoder()
-
-    def reorder(self, cache: Cache, index: torch.Tensor) -> None:
-        """Keep rows ``index`` (N',) of the cache, in that order (beam search)."""
-        cache._keep(index)
-
-    def expand(self, cache: Cache, index: torch.Tensor) -> None:
-        """Repeat each input's rows for its beams; unlike reorder, per-input state follows too."""
-        self.reorder(cache, index)
-
-    def rewind(self, cache: Cache, n: int) -> None:
-        """Forget the last ``n`` tokens read: the next step reads at that position again."""
-        if n <= 0:
-            return
-        if cache.kv is not None:
-            cache.kv.rewind(n)
-        if cache.ids is not None:
-            cache.ids = cache.ids[:, :-n]
-
-    # Continuous batching: sequences that started apart share one batch ----------------------------
-    def can_join(self, cache: Cache) -> bool:
-        """Whether ``join`` can take this cache's rows into a batch of others (a serving loop that cannot
-        falls back to admitting a new group only when the batch has emptied)."""
-        return False
-
-    def join(self, a: Cache, b: Cache) -> Cache:
-        """One cache with the rows of ``a`` then those of ``b``, which may have read different numbers of
-        tokens; a step then advances all of them at once."""
-        raise TformerError(f"{self.label} sequences cannot join a running batch; serve them one group at a time")
-
-    def select(self, cache: Cache, index: torch.Tensor) -> None:
-        """Keep rows ``index`` with everything each row carries (a seq2seq row's memory too): sequences
-        leaving a serving batch. Beam search's ``reorder`` moves only what differs between one input's beams."""
-        self.expand(cache, index)
-
-    def compact(self, cache: Cache) -> None:
-        """Drop what no row needs any more (left padding after the longer rows have left)."""
 
     def _check_rows(self, cache: Cache, ids: torch.Tensor) -> None:
         if ids.dim() != 2 or ids.shape[0] != cache.rows:

@@ -7,17 +7,24 @@ Code above model/ never asks which architecture a model is; it asks the model's 
     cache = runner.new_cache(rows, max_len)           # what generation has read so far
     logits = runner.prefill(cache, ids, mask)         # the prompt -> (N, V) next-token logits
     logits = runner.step(cache, tokens)               # (N,) new tokens -> (N, V)
-    runner.reorder(cache, index)                      # beam search keeps rows ``index``
-    runner.rewind(cache, n)                           # forget the last n positions
 
 and for what it can do: ``generates``, ``takes_source``, ``objective``, ``phases``, ``label``
 (the config's ArchTraits, tformer.core.config). ``runner_for`` is the one place that maps an
-architecture to its runner.
+architecture to its runner. What generation and serving do to the rows of a cache is the cache's
+own (tformer.model.runner_base.Cache), not the runner's:
+
+    cache.select(index)                               # keep rows ``index`` (beam search, serving)
+    cache.select(index, within_inputs=True)           # beam search's survivors: the source stays put
+    cache.rewind(n)                                   # forget the last n positions
+    both = a.join(b)                                  # rows of two caches in one batch (if ``a.joinable``)
+    cache.compact()                                   # drop left padding no row needs any more
 
 The cache record holds the KV cache and what a step needs besides it: the attention mask of a
 left-padded batch, the position ids (each row counts only its real tokens), the encoder's output
 for a seq2seq model. Without a KV cache (``new_cache(..., kv=False)``) it keeps the tokens read
 so far, and each step runs the whole sequence again (O(n^2) work per token instead of O(n)).
+Each record extends the row operations with its own fields (a padded batch's mask and positions follow
+the rows; a seq2seq source follows them unless only beams of one input are moved).
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
 from tformer.model.base import TransformerModel
-from tformer.model.cache import join_rows
+from tformer.model.chunked_loss import autocast_dtype, chunked_lm_loss, lm_head_parts
 from tformer.model.clip import contrastive_loss
+from tformer.model.records import runner_class
 from tformer.model.rnn import select_state
 from tformer.model.runner_base import Batch, Cache, Runner, positions_from_mask
 from tformer.model.task_heads import TaskRunner
@@ -42,11 +50,67 @@ class DecoderCache(Cache):
     mask: torch.Tensor | None = None  # (N, t) 1 = real token; None when no row is padded
     positions: torch.Tensor | None = None  # (N, t) position ids of a padded batch; None = 0, 1, 2, ...
 
+    def select(self, index, within_inputs=False):
+        super().select(index, within_inputs)
+        if self.mask is not None:
+            self.mask, self.positions = self.mask[index], self.positions[index]
+
+    def rewind(self, n):
+        super().rewind(n)
+        if self.mask is not None and n > 0:
+            self.mask, self.positions = self.mask[:, :-n], self.positions[:, :-n]
+
+    @property
+    def joinable(self):
+        return self.kv is not None and self.kv.joinable
+
+    def join(self, other):
+        """Right-aligned rows, as a left-padded prompt batch: each row keeps its own positions, and the
+        padding in front of the shorter rows is masked out. The result holds a growing KV cache."""
+        if not (self.joinable and other.joinable):
+            raise TformerError("only decoder caches with plain keys and values can share a batch")
+        kv = self.kv.join(other.kv)
+        masks, positions = [], []
+        for c in (self, other):
+            n, length, device = c.rows, c.kv.length, c.kv.device
+            mask = c.mask if c.mask is not None else torch.ones(n, length, dtype=torch.long, device=device)
+            pos = c.positions if c.positions is not None else torch.arange(length, device=device).expand(n, -1)
+            masks.append(F.pad(mask, (kv.length - length, 0)))
+            positions.append(F.pad(pos, (kv.length - length, 0)))
+        return DecoderCache(self.rows + other.rows, kv, mask=torch.cat(masks), positions=torch.cat(positions))
+
+    def compact(self):
+        if self.mask is None or self.rows == 0 or not self.joinable:
+            return  # a rolling window's positions are not columns: it cannot drop the front
+        unused = int(self.mask.any(0).long().argmax())  # leading columns that are padding in every row
+        if unused:
+            self.kv.drop_front(unused)
+            self.mask, self.positions = self.mask[:, unused:], self.positions[:, unused:]
+
 
 @dataclass
 class Seq2SeqCache(Cache):
     memory: torch.Tensor | None = None  # (N, S, d_model) the encoder's output
     source_mask: torch.Tensor | None = None  # (N, S) 1 = real token; None when no source is padded
+
+    what = "encoder-decoder"  # each row reads its own source: rows of two batches have no common columns
+
+    def select(self, index, within_inputs=False):
+        if not within_inputs and self.memory is not None:  # beams of one input share its memory
+            self.memory = self.memory[index]
+            if self.source_mask is not None:
+                self.source_mask = self.source_mask[index]
+        super().select(index, within_inputs)
+
+    def rewind(self, n):
+        preallocated = getattr(self.kv, "preallocated", False)
+        if n > 0 and preallocated and self.read - n <= 0:
+            raise TformerError("a compiled encoder-decoder cache cannot rewind past the decoder's first token")
+        super().rewind(n)
+        if self.kv is not None and not preallocated and self.kv.length == 0:
+            # No decoder token left: drop the cross-attention K/V as well, so the next step projects them
+            # from the memory again, as the first step after a prefill does.
+            self.kv.clear_cross()
 
 
 class EncoderRunner(Runner):
@@ -59,7 +123,26 @@ class DecoderRunner(Runner):
     so every row's next token sits in the last column."""
 
     def new_cache(self, rows, max_len=None, kv=True) -> DecoderCache:
-        return DecoderCache(rows, self.model.new_cache(max_length=max_len) if kv else None)
+        return DecoderCache(rows, self.model.new_cache(reserve=max_len) if kv else None)
+
+    def chunk_loss(self, rows: int) -> None:
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise TformerError(f"--loss-chunk is a number of rows (0: the whole logits at once), got {rows!r}")
+        if rows:
+            lm_head_parts(self.model)  # a head it cannot chunk is refused now, not at the first step
+        self.loss_chunk = rows
+
+    def loss(self, batch, module=None, label_smoothing=0.0, autocast=None, stand_in=False, accuracy_counts=None):
+        if not self.loss_chunk:
+            return super().loss(batch, module, label_smoothing, autocast, stand_in, accuracy_counts)
+        # The model stops at the final hidden states (B, T, d); the head runs inside the loss, a chunk of rows at a
+        # time, in the dtype autocast would have given it.
+        with autocast if autocast is not None else contextlib.nullcontext():
+            h = (module if module is not None else self.model)(**batch.inputs, skip_head=True).last_hidden_state
+            dtype = autocast_dtype(h.device)
+        weight, bias, softcap = lm_head_parts(self.model)
+        return chunked_lm_loss(h, weight, batch.targets, self.loss_chunk, bias, label_smoothing=label_smoothing,
+                               softcap=softcap, compute_dtype=dtype)
 
     def _run(self, cache: DecoderCache, ids, positions, all_logits=False):
         out = self.model(ids, attention_mask=cache.mask, position_ids=positions, past_key_values=cache.kv,
@@ -88,42 +171,6 @@ class DecoderRunner(Runner):
         cache.ids = torch.cat([cache.ids, new], dim=1)
         return self._run(cache, cache.ids, cache.positions)  # no cache: the whole prefix again
 
-    def reorder(self, cache, index):
-        super().reorder(cache, index)
-        if cache.mask is not None:
-            cache.mask, cache.positions = cache.mask[index], cache.positions[index]
-
-    def rewind(self, cache, n):
-        super().rewind(cache, n)
-        if cache.mask is not None and n > 0:
-            cache.mask, cache.positions = cache.mask[:, :-n], cache.positions[:, :-n]
-
-    def can_join(self, cache):
-        return cache.kv is not None and cache.kv.joinable
-
-    def join(self, a, b):
-        """Right-aligned rows, as a left-padded prompt batch: each row keeps its own positions, and the
-        padding in front of the shorter rows is masked out. The result holds a growing KV cache."""
-        if not (self.can_join(a) and self.can_join(b)):
-            raise TformerError("only decoder caches with plain keys and values can share a batch")
-        kv = join_rows(a.kv, b.kv)
-        masks, positions = [], []
-        for c in (a, b):
-            n, length = c.rows, c.kv.length
-            mask = c.mask if c.mask is not None else torch.ones(n, length, dtype=torch.long, device=self.device)
-            pos = c.positions if c.positions is not None else torch.arange(length, device=self.device).expand(n, -1)
-            masks.append(F.pad(mask, (kv.length - length, 0)))
-            positions.append(F.pad(pos, (kv.length - length, 0)))
-        return DecoderCache(a.rows + b.rows, kv, mask=torch.cat(masks), positions=torch.cat(positions))
-
-    def compact(self, cache):
-        if cache.mask is None or cache.rows == 0 or not self.can_join(cache):
-            return  # a rolling window's positions are not columns: it cannot drop the front
-        unused = int(cache.mask.any(0).long().argmax())  # leading columns that are padding in every row
-        if unused:
-            cache.kv.drop_front(unused)
-            cache.mask, cache.positions = cache.mask[:, unused:], cache.positions[:, unused:]
-
 
 class EncoderDecoderRunner(Runner):
     """Encoder-decoder (the 2017 paper, BART, T5): the source is encoded once at prefill; the
@@ -134,7 +181,7 @@ class EncoderDecoderRunner(Runner):
         return Batch({"input_ids": ids, "decoder_input_ids": target}, target)
 
     def new_cache(self, rows, max_len=None, kv=True) -> Seq2SeqCache:
-        return Seq2SeqCache(rows, self.model.new_cache(max_length=max_len) if kv else None)
+        return Seq2SeqCache(rows, self.model.new_cache(reserve=max_len) if kv else None)
 
     def _run(self, cache: Seq2SeqCache, ids, all_logits=False):
         logits, _, _, _ = self.model.decode(ids, cache.memory, cache.source_mask, cache=cache.kv,
@@ -159,21 +206,6 @@ class EncoderDecoderRunner(Runner):
         cache.ids = torch.cat([cache.ids, new], dim=1)
         return self._run(cache, cache.ids)
 
-    def expand(self, cache, index):
-        # Beams of one input share its memory; reorder moves rows only within an input's group,
-        # so the memory follows only here.
-        cache.memory = cache.memory[index]
-        if cache.source_mask is not None:
-            cache.source_mask = cache.source_mask[index]
-        self.reorder(cache, index)
-
-    def rewind(self, cache, n):
-        super().rewind(cache, n)
-        if cache.kv is not None and cache.kv.length == 0:
-            # No decoder token left: drop the cross-attention K/V as well, so the next step
-            # projects them from the memory again, as the first step after a prefill does.
-            cache.kv = self.model.new_cache(max_length=cache.kv.max_length)
-
 
 @dataclass
 class RecurrentCache(Cache):
@@ -185,6 +217,33 @@ class RecurrentCache(Cache):
     mask: torch.Tensor | None = None  # (N, t) 1 = real token; kept only when rerunning a padded batch
 
     recurrent = True  # as KVCache.recurrent: a step folds the token in, so snapshot/restore, never rewind
+
+    def select(self, index, within_inputs=False):
+        super().select(index, within_inputs)
+        if self.state is not None:
+            self.state = select_state(self.state, index)
+        if self.mask is not None:
+            self.mask = self.mask[index]
+
+    def rewind(self, n):
+        if n > 0 and self.stateful:
+            raise TformerError("an RNN's state cannot forget tokens it has read (it folds them all in); "
+                               "rewinding needs a Transformer's KV cache, or a cache made with kv=False")
+        super().rewind(n)
+        if self.mask is not None and n > 0:
+            self.mask = self.mask[:, :-n]
+
+    @property
+    def joinable(self):
+        return self.stateful  # the state is all a step reads: no length to line up
+
+    def join(self, other):
+        if not (self.joinable and other.joinable):
+            raise TformerError("only recurrent caches that keep their state can share a batch")
+        cat = (lambda x, y: torch.cat([x, y], dim=1))  # states are (layers, N, d_hidden)
+        s, o = self.state, other.state
+        state = tuple(map(cat, s, o)) if isinstance(s, tuple) else cat(s, o)
+        return RecurrentCache(self.rows + other.rows, None, stateful=True, state=state)
 
     def snapshot(self):
         return self.state
@@ -229,31 +288,6 @@ class RecurrentRunner(Runner):
             cache.mask = F.pad(cache.mask, (0, 1), value=1)
         return self._run(cache, cache.ids, cache.mask, None)  # no state kept: the whole prefix again
 
-    def reorder(self, cache, index):
-        super().reorder(cache, index)
-        if cache.state is not None:
-            cache.state = select_state(cache.state, index)
-        if cache.mask is not None:
-            cache.mask = cache.mask[index]
-
-    def can_join(self, cache):
-        return cache.stateful  # the state is all a step reads: no length to line up
-
-    def join(self, a, b):
-        if not (a.stateful and b.stateful):
-            raise TformerError("only recurrent caches that keep their state can share a batch")
-        cat = (lambda x, y: torch.cat([x, y], dim=1))  # states are (layers, N, d_hidden)
-        state = tuple(map(cat, a.state, b.state)) if isinstance(a.state, tuple) else cat(a.state, b.state)
-        return RecurrentCache(a.rows + b.rows, None, stateful=True, state=state)
-
-    def rewind(self, cache, n):
-        if n > 0 and cache.stateful:
-            raise TformerError("an RNN's state cannot forget tokens it has read (it folds them all in); "
-                               "rewinding needs a Transformer's KV cache, or a cache made with kv=False")
-        super().rewind(cache, n)
-        if cache.mask is not None and n > 0:
-            cache.mask = cache.mask[:, :-n]
-
 
 @dataclass
 class RecurrentSeq2SeqCache(RecurrentCache):
@@ -262,6 +296,23 @@ class RecurrentSeq2SeqCache(RecurrentCache):
     tokens generated; the memory is the source's size."""
 
     memory: object | None = None
+
+    what = "recurrent encoder-decoder"
+
+    def select(self, index, within_inputs=False):
+        if not within_inputs and self.memory is not None:  # each input's beams share its source
+            self.memory = self.memory.select(index)
+        Cache.select(self, index, within_inputs)
+        if self.state is not None:
+            s = self.state
+            self.state = type(s)(select_state(s.rnn, index), None if s.feed is None else s.feed[index])
+
+    @property
+    def joinable(self):
+        return False  # each row reads its own source
+
+    def join(self, other):
+        return Cache.join(self, other)
 
     @property
     def nbytes(self) -> int:
@@ -304,22 +355,6 @@ class RecurrentSeq2SeqRunner(EncoderDecoderRunner):
         cache.ids = torch.cat([cache.ids, tokens[:, None]], dim=1)
         return self._run(cache, cache.ids)  # no state kept: the whole target again
 
-    def reorder(self, cache, index):
-        Runner.reorder(self, cache, index)
-        if cache.state is not None:
-            s = cache.state
-            cache.state = type(s)(select_state(s.rnn, index), None if s.feed is None else s.feed[index])
-
-    def expand(self, cache, index):
-        cache.memory = cache.memory.select(index)  # each input's beams share its source
-        self.reorder(cache, index)
-
-    def rewind(self, cache, n):
-        if n > 0 and cache.stateful:
-            raise TformerError("an RNN's state cannot forget tokens it has read (it folds them all in); "
-                               "rewinding needs a Transformer's KV cache, or a cache made with kv=False")
-        Runner.rewind(self, cache, n)
-
 
 class ImageClassifierRunner(Runner):
     """arch='vit': batches of images (``pixel_values`` (B, C, H, W)) with one class each (targets (B,))."""
@@ -357,18 +392,13 @@ class ContrastiveRunner(Runner):
         return contrastive_loss(out.logits_per_text, label_smoothing)
 
 
-RUNNERS = {"decoder": DecoderRunner, "encoder": EncoderRunner, "encoder-decoder": EncoderDecoderRunner,
-           "rnn": RecurrentRunner, "rnn-seq2seq": RecurrentSeq2SeqRunner, "vit": ImageClassifierRunner,
-           "clip": ContrastiveRunner}
-
-
 def runner_for(model) -> Runner:
-    """The runner of ``model`` (any tformer model)."""
+    """The runner of ``model`` (any tformer model): its task head's, else the one its arch's record names."""
     if not isinstance(model, TransformerModel):
         raise TformerError(f"a runner needs a tformer model, got {type(model).__name__}")
     if model.config.task:  # a task head in place of the LM head: trained on labels, generates nothing
         return TaskRunner(model)
-    return RUNNERS[model.config.arch](model)
+    return runner_class(model.config.arch)(model)
 
 
 __all__ = [

@@ -1,9 +1,9 @@
 """The preallocated KV cache: every row a slot of ``L`` columns, written in place at positions held in tensors.
 
-The growing cache (tformer.model.cache.KVCache) concatenates, so every shape grows by one each token and the
-mask is rebuilt from Python numbers. Here nothing changes shape from one step to the next, which is what lets
-``torch.compile`` trace the model's own forward once and replay it for every token (Hugging Face's static
-cache does the same), and lets rows of different lengths share a step (serving):
+The eager cache (tformer.model.cache.KVCache) hands attention keys as long as the sequence, so every shape
+grows by one each token and the mask is rebuilt from Python numbers. Here nothing changes shape from one step
+to the next, which is what lets ``torch.compile`` trace the model's own forward once and replay it for every
+token (Hugging Face's static cache does the same), and lets rows of different lengths share a step (serving):
 
     k, v       per layer (N, H_kv, L, D)   allocated once; a forward hands back the whole buffers
     lengths    (N,) long                   columns written in each row: T new tokens go to lengths .. lengths+T-1
@@ -26,13 +26,7 @@ import torch
 
 from tformer.model.attention.sliding import in_window
 from tformer.model.cache import CrossEntries
-
-
-def layer_windows(config, n_layers: int) -> tuple[tuple[int, int] | None, ...]:
-    """Per layer of a stack of ``n_layers``: (window, dilation) of a causal sliding-window layer, else None."""
-    if config.attn_impl != "sliding":
-        return (None,) * n_layers
-    return tuple((config.attention_options(i).window, config.attention_options(i).dilation) for i in range(n_layers))
+from tformer.model.rolling_cache import layer_windows
 
 
 class SlotCache(CrossEntries):
@@ -40,13 +34,14 @@ class SlotCache(CrossEntries):
 
     preallocated = True
     recurrent = False  # as KVCache.recurrent: positions can be rewound (the measured decode step does)
+    joinable = False  # as KVCache.joinable: serving's pool gives each request a row instead of joining batches
 
     def __init__(self, buffers: list, windows: tuple, lengths: torch.Tensor, positions: torch.Tensor,
                  keep: torch.Tensor, cross: list | None = None, pool=None):
         """buffers: per layer (k, v) of (N, H_kv, L, D); windows: per layer as ``layer_windows``; cross: per
         layer the encoder's projected (k, v) of an encoder-decoder model (set by its first forward), or None;
         pool(rows): buffers to move into when beam search changes the number of rows (compiled graphs read
-        fixed addresses on CUDA), else reorder allocates anew."""
+        fixed addresses on CUDA), else select allocates anew."""
         self.buffers, self.windows = list(buffers), windows
         self.lengths, self.positions, self.keep = lengths, positions, keep
         self.n_layers = len(self.buffers)
@@ -120,7 +115,7 @@ class SlotCache(CrossEntries):
         return list(self._cross)
 
     # Row operations -----------------------------------------------------------------------------------
-    def reorder(self, index: torch.Tensor) -> None:
+    def select(self, index: torch.Tensor) -> None:
         """Keep rows ``index`` (beam search's survivors, or the rows still running), in that order."""
         if self._pool is not None:
             into = self._pool(index.numel())
@@ -132,8 +127,7 @@ class SlotCache(CrossEntries):
             self.buffers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.buffers]
         self.lengths, self.positions = self.lengths[index], self.positions[index]
         self.keep = self.keep[index]
-        self._cross = [None if e is None else (e[0].index_select(0, index), e[1].index_select(0, index))
-                       for e in self._cross]
+        self._select_cross(index)
 
     def rewind(self, n: int) -> None:
         """Forget the last ``n`` columns of every row (the next forward writes them again)."""

@@ -58,7 +58,7 @@ def attention_maps(model, tokenizer, sentence: str, layer: int | None = None, ma
     model.eval()  # dropout off: the maps show what the model computes, not a random mask of it
     try:
         with torch.no_grad():
-            if getattr(model.config, "arch", None) == "encoder-decoder":
+            if model.config.traits.seq2seq:  # the maps of the encoder, which reads the text
                 _, per_layer = model.encode(input_ids, None, output_attentions=True)
             else:
                 per_layer = model(input_ids, output_attentions=True).attentions

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from tformer.core.errors import TformerError
 from tformer.generate.chat import chat_ids, stop_ids, template_for
 from tformer.generate.continuous import Request
+from tformer.generate.sampling import Sampling
 from tformer.serve.errors import APIError
 from tformer.serve.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 
@@ -137,8 +138,8 @@ def chat_prompt(req: ChatCompletionRequest, info: ModelInfo) -> tuple[list[int],
 def chat_engine_request(req: ChatCompletionRequest, prompt: list[int], max_tokens: int, info: ModelInfo,
                         timeout: float | None) -> Request:
     """The batcher's Request for a chat reply: it ends at the template's end-of-turn token (or the model's EOS)."""
-    return Request(prompt, max_new_tokens=max_tokens, temperature=req.temperature, top_k=req.top_k, top_p=req.top_p,
-                   stop_tokens=info.end_of_turn, seed=req.seed, timeout=timeout)
+    return Request(prompt, max_new_tokens=max_tokens, sampling=_sampling(req), stop_tokens=info.end_of_turn,
+                   seed=req.seed, timeout=timeout)
 
 
 def engine_request(req: CompletionRequest, prompt: list[int], info: ModelInfo, timeout: float | None) -> Request:
@@ -147,8 +148,13 @@ def engine_request(req: CompletionRequest, prompt: list[int], info: ModelInfo, t
     if req.stop_token_ids is not None or req.ignore_eos:
         eos = {info.eos_token_id} if info.eos_token_id is not None and not req.ignore_eos else set()
         stop = tuple(sorted(set(req.stop_token_ids or ()) | eos))
-    return Request(prompt, max_new_tokens=req.max_tokens, temperature=req.temperature, top_k=req.top_k,
-                   top_p=req.top_p, stop_tokens=stop, seed=req.seed, timeout=timeout)
+    return Request(prompt, max_new_tokens=req.max_tokens, sampling=_sampling(req), stop_tokens=stop, seed=req.seed,
+                   timeout=timeout)
+
+
+def _sampling(req) -> Sampling:
+    """The request's token pick (its fields are checked by the schema: temperature 0 is greedy)."""
+    return Sampling(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p)
 
 
 def embedding_rows(req: EmbeddingRequest, info: ModelInfo) -> list[list[int]]:

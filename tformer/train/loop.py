@@ -47,6 +47,7 @@ class TrainArgs:
     beta2: float = 0.99
     grad_clip: float = 1.0
     label_smoothing: float = 0.0
+    loss_chunk: int = 0  # rows of logits the LM loss forms at a time (forward and backward); 0: all at once
     eval_interval: int = 250
     eval_batches: int = 20
     log_interval: int = 10
@@ -69,7 +70,7 @@ class TrainArgs:
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise TformerError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-        for name in ("warmup", "sample_interval"):
+        for name in ("warmup", "sample_interval", "loss_chunk"):
             if getattr(self, name) < 0:
                 raise TformerError(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(self, name)}")
         if self.lr <= 0:
@@ -108,6 +109,11 @@ class Trainer:
         self.device = torch.device(args.device)
         self.model = model.to(self.device)
         self.runner = runner if runner is not None else runner_for(self.model)
+        if args.loss_chunk and args.fsdp and self.world.size > 1:
+            # The chunked loss reads the head's whole weight outside the forward; FSDP holds only a shard of it there.
+            raise TformerError("--loss-chunk reads the LM head's whole weight, which --fsdp shards; use one or the other")
+        if args.loss_chunk:
+            self.runner.chunk_loss(args.loss_chunk)
         self.precision = _resolve_precision(args.precision, self.device, log)
         if args.activation_checkpointing:
             enable_activation_checkpointing(self.model)

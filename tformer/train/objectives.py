@@ -36,7 +36,7 @@ from tformer.core.objectives import (  # noqa: F401 (the objectives' facts, re-e
 )
 from tformer.data.mlm import mask_tokens
 from tformer.data.objectives import infill, permute_sentences, span_corrupt
-from tformer.model import ARCHITECTURES
+from tformer.model import model_class
 from tformer.train.sources import CorruptedTextSource, PrefixLMSource, SentencePairSource
 
 SENTENCE_END = "."
@@ -49,7 +49,7 @@ def text_objective(name: str, tok, train_ids, val_ids, seq_len: int, seed: int, 
         return _pair_objective(name, tok, train_ids, val_ids, seq_len, seed, config)
     if name == "prefix-lm":
         config = config.replace(vocab_size=base)
-        if "prefix_length" not in inspect.signature(ARCHITECTURES[config.arch].forward).parameters:
+        if "prefix_length" not in inspect.signature(model_class(config.arch).forward).parameters:
             raise TformerError(f"{config.arch} models take no prefix mask; prefix-lm trains a Transformer decoder "
                                "(arch decoder)")
         return config, PrefixLMSource(train_ids, val_ids, seq_len, seed)

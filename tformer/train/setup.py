@@ -37,8 +37,10 @@ HELD_OUT = 0.2  # the share of each image class held out (tformer.data.images.sp
 # The model `tformer train --task NAME` builds when no --preset, --config or --hf is given.
 TASK_PRESETS = {"image-classification": "vit-digits", "contrastive": "clip-digits"}
 MAX_RUN_ARGS_BYTES = 1 << 20  # a run's flags are a few KB; anything larger is not one
-# Flags that --resume may change: how long to go on and how chatty to be, nothing the weights depend on.
-RESUME_MAY_CHANGE = ("max_steps", "time_budget", "eval_interval", "log_interval", "ckpt_interval", "no_progress")
+# Flags that --resume may change: how long to go on, how chatty to be and how the loss is chunked (the same
+# gradients), nothing the weights depend on.
+RESUME_MAY_CHANGE = ("max_steps", "time_budget", "eval_interval", "log_interval", "ckpt_interval", "no_progress",
+                     "loss_chunk")
 # Saved for the record, never compared: where the run is and how this command was invoked.
 NOT_RUN_FLAGS = ("command", "out", "resume", "train_args")
 
@@ -99,6 +101,8 @@ def build_run(data: str, config: ModelConfig, seq_len: int, seed: int, tokenizer
         elif tok.vocab_size > config.vocab_size:
             raise TformerError(f"the tokenizer has {tok.vocab_size} tokens but the checkpoint's vocabulary is "
                                f"{config.vocab_size}; use the checkpoint's own tokenizer")
+        for split in ("train", "validation"):
+            token_data[split].check_ids(config.vocab_size)
         if objective == "mlm":
             # A pair head only trains under mlm+nsp / mlm+sop; masked tokens alone would leave it unreached.
             config = config.replace(lm_head=True, pair_head=False)

@@ -19,6 +19,7 @@ from tformer.model.attention.reference import reference
 from tformer.model.attention.registry import make_attention
 from tformer.model.linear import Linear
 from tformer.model.masks import AttentionMask
+from tformer.model.norm import make_norm
 from tformer.model.position import apply_rope
 
 
@@ -42,7 +43,10 @@ class MultiHeadAttention(nn.Module):
             self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
             self.v_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
             self.o_proj = Linear(self.n_heads * self.head_dim, d, bias=config.bias)
-        self.scale = 1.0 / math.sqrt(self.head_dim) if config.scale_attention else 1.0
+        # Per-head norms of q and k (Gemma 3): over head_dim, one weight shared by every head.
+        self.q_norm = make_norm(config, spec.q_norm.d) if spec is not None and spec.q_norm else None
+        self.k_norm = make_norm(config, spec.k_norm.d) if spec is not None and spec.k_norm else None
+        self.scale = 1.0 / math.sqrt(config.attn_scale_dim or self.head_dim) if config.scale_attention else 1.0
         self.dropout_p = config.attention_dropout
         # Built once: switching kind builds a new model from a new config (tformer.model.with_attention).
         # Sparse and approximate kinds shape self-attention; cross-attention reads a whole source, exactly.
@@ -65,12 +69,16 @@ class MultiHeadAttention(nn.Module):
             raise TformerError(f"attention weights come only from exact kinds; this layer runs '{self.kind}', "
                                "which never forms softmax(Q K^T) over all keys (build it with attn_impl='sdpa' to see maps)")
         q = self._heads(self.q_proj(x), self.n_heads)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
         if self.cross and cache is not None and cache.has_cross(self.layer_idx):
             k, v = cache.get_cross(self.layer_idx)
         else:
             source = memory if self.cross else x
             k = self._heads(self.k_proj(source), self.n_kv_heads)
             v = self._heads(self.v_proj(source), self.n_kv_heads)
+            if self.k_norm is not None:
+                k = self.k_norm(k)
             if rope is not None:
                 cos, sin = rope
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
-from tformer.cost.attention_sliding import BlockPlan, block_plan, cache_positions
+from tformer.cost.attention_sliding import BlockPlan, block_plan
 from tformer.model.attention.groups import expand_kv
 from tformer.model.attention.kind import AttentionKind
 from tformer.model.masks import AttentionMask
@@ -125,14 +125,4 @@ class SlidingAttention(AttentionKind):
         return f"window={self.window}, dilation={self.dilation}"
 
 
-def rolling_positions(config) -> int | None:
-    """Positions a causal stack's rolling KV cache keeps per layer under ``config``: the widest window's
-    span, (w - 1)·d + 1, over the layers (each layer's kind masks its own window); None when the
-    attention kind is not "sliding" (every position is kept)."""
-    if config.attn_impl != "sliding":
-        return None
-    d = config.attn_dilation
-    return cache_positions(config.attn_window, max(d) if isinstance(d, list) else d)
-
-
-__all__ = ["SlidingAttention", "in_window", "rolling_positions", "sliding_attention"]
+__all__ = ["SlidingAttention", "in_window", "sliding_attention"]
