@@ -111,6 +111,38 @@ def tformer_speed(model, prompt: list[int], bos: int, compiled: bool, repeats: i
     return {"pp512": best_pp, "tg128": best_tg}
 
 
+def products_time(model) -> tuple[float, int]:
+    """(seconds, weight bytes) of one decode step's weight products alone, at one row: each Linear's bare op
+    (F.linear on the fp32 weight, or the int4 kernel on the packed blocks where choose_paths picked it for one
+    row, as decoding does) called in turn, the whole pass timed (median of 7): the part of a step no glue can
+    remove."""
+    import statistics
+
+    import torch.nn.functional as F
+
+    calls, nbytes = [], 0
+    for m in model.modules():
+        if isinstance(m, QuantizedLinear):
+            kernel = m.choose(1)
+            x = torch.randn(1, m.in_features).to(torch.bfloat16)
+            calls.append((lambda m=m, x=x: m._kernel(x)) if kernel else
+                         (lambda m=m, x=x: F.linear(x.float(), m.dequantized())))
+        elif isinstance(m, torch.nn.Linear):
+            x = torch.randn(1, m.in_features)
+            calls.append(lambda m=m, x=x: F.linear(x, m.weight))
+        else:
+            continue
+        nbytes += sum(b.numel() * b.element_size() for b in (*m.buffers(recurse=False), *m.parameters()))
+    times = []
+    with torch.no_grad():
+        for _ in range(8):
+            t = time.perf_counter()
+            for call in calls:
+                call()
+            times.append(time.perf_counter() - t)
+    return statistics.median(times[1:]), nbytes
+
+
 def read_bandwidth() -> float:
     """Bytes/s of a read-only stream (a sum over 512 MiB): the rate a decode step's weight reads can hope for."""
     x = torch.ones(512 * 2**20 // 4)
@@ -186,6 +218,11 @@ def main(argv=None) -> int:
     tok = models["fp32"][1]
     text = get_corpus("wikitext2").text("test")
     ids = tok.encode(text)
+    # llama-perplexity's protocol where the file adds BOS (Gemma): the text starts with it and each chunk's first
+    # token is replaced by it (`tformer perplexity` does the same).
+    chunk_bos = tok.bos_id if getattr(tok, "add_bos", False) else None
+    if chunk_bos is not None:
+        ids = [chunk_bos, *ids]
     prompt = ids[:512]
     bos = tok.bos_id if tok.bos_id is not None else ids[0]
 
@@ -244,7 +281,7 @@ def main(argv=None) -> int:
                 label = f"tformer {fmt}" + (" (int4 kernel)" if path_ == "kernel" else "")
                 print(f"{label} perplexity ...")
                 with quantized_path(models[fmt][0], path_):
-                    r = perplexity(models[fmt][0], ids, ctx=512, max_chunks=chunks)
+                    r = perplexity(models[fmt][0], ids, ctx=512, bos_id=chunk_bos, max_chunks=chunks)
                 ppl[label] = {"perplexity": r.perplexity, "chunks": r.chunks, "text_tokens": r.text_tokens}
             record["perplexity"] = ppl
             base = ppl["llama.cpp"]["perplexity"]
@@ -262,7 +299,7 @@ def main(argv=None) -> int:
                                       ["--kl-divergence-base", str(logits)])
             kld = llama_perplexity(args.llama_cpp, path, text_file, n, threads,
                                    ["--kl-divergence-base", str(logits), "--kl-divergence"])
-            ours = perplexity(models["fp32"][0], ids, ctx=512, max_chunks=n).perplexity
+            ours = perplexity(models["fp32"][0], ids, ctx=512, bos_id=chunk_bos, max_chunks=n).perplexity
             record["tformer_gguf_in_llama_cpp"] = {"chunks": n, "llama.cpp on tformer's f32 file": theirs,
                                                    "tformer fp32": ours, "llama.cpp Q4_1 vs f32": kld}
             print(f"\nllama.cpp reads tformer's f32 GGUF: perplexity {theirs.get('perplexity')} over {n} chunks "

@@ -50,9 +50,23 @@ def test_the_weights_are_the_files_with_the_norms_undone(gemma3, gemma3_path):
             assert torch.equal(model.state_dict()[ours], want), name
 
 
-def test_keeping_its_block_mix_is_refused_with_the_way_out(gemma3_path):
+def test_keeping_its_block_mix_is_refused_with_the_way_out_and_auto_widens_it(gemma3_path, gemma3, capsys):
     with pytest.raises(TformerError, match="--gguf-weights dequantize"):
         load_gguf(gemma3_path, weights="keep")
+    auto = load_gguf(gemma3_path, weights="auto")
+    assert "widened to fp32" in capsys.readouterr().err and auto.config.quantize == "none"
+    assert torch.equal(auto.state_dict()["decoder.layers.0.attn.q_proj.weight"],
+                       gemma3[0].state_dict()["decoder.layers.0.attn.q_proj.weight"])
+
+
+def test_a_prompt_starts_with_bos_where_the_file_says_so(gemma3):
+    """Gemma's file adds BOS (llama.cpp prompts with it); without it the base model reads the prompt as the middle
+    of a document. SmolLM2's file does not add one (tested with its tokenizer)."""
+    from tformer.generate.search import prompt_ids
+
+    tok = gemma3[1]
+    assert tok.add_bos and prompt_ids(tok, "The capital of France is") == [2, *tok.encode("The capital of France is")]
+    assert prompt_ids(tok, "<bos>x")[:1] == [2] and prompt_ids(tok, "x").count(2) == 1
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 from tformer.core.apart import check_apart, guarded
 
 
-GGUF_WEIGHTS = ("keep", "dequantize")  # tformer.interop.gguf_model.WEIGHTS, repeated so --help loads no torch
+GGUF_WEIGHTS = ("auto", "keep", "dequantize")  # tformer.interop.gguf_model.WEIGHTS, repeated so --help loads no torch
 
 
-def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_weights: str = "keep") -> None:
+def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_weights: str = "auto") -> None:
     """``seed=False`` where the command has a --seed of its own (generate's sampler): a preset starts from it too.
     ``gguf_weights``: the default of --gguf-weights; commands that change the weights (quantize, export, prune,
     finetune) start from fp32, the ones that run the model keep the file's blocks."""
@@ -25,10 +25,11 @@ def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_we
                           "checkpoint's name (all-minilm-l6-v2)")
     src.add_argument("--gguf", metavar="FILE|NAME",
                      help="a GGUF file (llama.cpp's format: weights, tokenizer and chat template in one file), or a "
-                          "packaged one: smollm2-135m-instruct")
+                          "packaged one: smollm2-135m-instruct, gemma3-270m")
     parser.add_argument("--gguf-weights", choices=GGUF_WEIGHTS, default=gguf_weights,
                         help="(--gguf) keep: run Q8_0/Q4_1 matrices in their blocks (less memory, llama.cpp's numbers); "
-                             f"dequantize: widen everything to fp32 (default here: {gguf_weights})")
+                             "dequantize: widen everything to fp32; auto: keep where the file's blocks are those, "
+                             f"else widen (default here: {gguf_weights})")
     if preset:
         src.add_argument("--preset", metavar="NAME", help="a preset (see `tformer presets`), randomly initialised")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -44,7 +45,7 @@ def load_model(args):
 
     return load_source(args.ckpt, args.hf, getattr(args, "preset", None), getattr(args, "set", None) or (),
                        getattr(args, "seed", None) or 0, gguf=args.gguf,
-                       gguf_weights=getattr(args, "gguf_weights", "keep"))
+                       gguf_weights=getattr(args, "gguf_weights", "auto"))
 
 
 def check_output(args, out: str | Path, what: str = "--out", flags=("--ckpt", "--hf", "--gguf")) -> None:

@@ -80,6 +80,9 @@ def run(args) -> int:
         if alternatives:
             out["memory"]["activations_alternatives"] = alternatives
         out["memory"].update(_vocabulary(lg))
+        vocab = vocabulary_shares(config, workload)
+        if vocab is not None:
+            out["vocabulary"] = vocab
         if unchunked is not None:
             out["memory"]["without_loss_chunk"] = unchunked
         if course is not None:
@@ -110,6 +113,9 @@ def run(args) -> int:
                         f"{fmt.params(added['params'], word=True)} and {fmt.flops(added['flops'])} per step "
                         f"({fmt.flops(added['matmul_flops'])} matmul)")
     _print_tables(lg, roof, alternatives, course, args.ops, unchunked)
+    vocab = vocabulary_shares(config, workload)
+    if vocab is not None:
+        _print_vocabulary(console(), vocab)
     if sizes is not None:
         size_table(console(), config, workload, sizes)
     if args.fusion:
@@ -126,6 +132,47 @@ def _without_loss_chunk(config, workload) -> dict | None:
     plain = ledger(config, replace(workload, loss_chunk=0))
     m = plain.memory
     return {"logits": m["logits"], "activations": m["activations"], "total": m["total"], **_vocabulary(plain)}
+
+
+def vocabulary_shares(config, workload) -> dict | None:
+    """What the vocabulary costs, as shares (the large-vocabulary analysis: Gemma 3's 262,144 tokens): of the
+    parameters (the token table), of a training step's matmul FLOPs and of a decoded token's (the LM head), of the
+    bytes a decode step reads (the table's row and the head's weights) and of a training step's memory (the
+    logits and what the loss keeps). None for a model without an LM head."""
+    lg = ledger(config, workload)
+    if lg.architecture.lm_head is None:
+        return None
+    seq = max(workload.seq, 2)
+    train = lg if workload.training else ledger(config, replace(workload, phase="train", seq=seq))
+    step = ledger(config, replace(workload, phase="decode", seq=seq, context=seq - 1))
+
+    def head_share(led, attr):
+        ops = [op for op in led.ops if op.name.split(".")[0] in ("lm_head", "tok_embed")]
+        whole = led.total(led.ops, attr)
+        return led.total(ops, attr) / whole if whole else 0.0
+
+    tables = sum(op.params for op in lg.ops if op.name == "tok_embed")
+    return {"embedding_params": tables, "embedding_params_share": tables / lg.params["total"],
+            "head_flops_share_train": head_share(train, "matmul_flops"),
+            "head_flops_share_decode": head_share(step, "matmul_flops"),
+            "head_bytes_share_decode": head_share(step, "bytes_read"),
+            "logits_memory_share_train": _vocabulary(train)["logits_share"], "train_batch_seq": [train.workload.batch,
+                                                                                               train.workload.seq]}
+
+
+def _print_vocabulary(con, v: dict) -> None:
+    from rich.table import Table  # deferred: --json output never loads rich
+
+    t = Table(title="The vocabulary's share (token table and LM head)")
+    t.add_column("of")
+    t.add_column("share", justify="right")
+    t.add_row("parameters (the token table)", f"{v['embedding_params_share']:.1%} ({fmt.params(v['embedding_params'])})")
+    t.add_row("matmul FLOPs of a training step (the LM head)", f"{v['head_flops_share_train']:.1%}")
+    t.add_row("matmul FLOPs of a decoded token (the LM head)", f"{v['head_flops_share_decode']:.1%}")
+    t.add_row("bytes a decode step reads (table row + head)", f"{v['head_bytes_share_decode']:.1%}")
+    b, s = v["train_batch_seq"]
+    t.add_row(f"training memory at {b} x {s} (logits + what the loss keeps)", f"{v['logits_memory_share_train']:.1%}")
+    con.print(t)
 
 
 def _vocabulary(lg) -> dict:

@@ -117,7 +117,9 @@ def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[s
         if tokenizer is None:
             raise TformerError(f"this checkpoint has no tokenizer, so a text {what} cannot be encoded; "
                                "pass token ids with --prompt-ids 1,2,3")
-        rows = [tokenizer.encode(t) for t in texts]
+        from tformer.generate.search import prompt_ids  # deferred: torch loads only when a model runs
+
+        rows = [prompt_ids(tokenizer, t) for t in texts]
     if any(len(r) == 0 for r in rows):
         raise TformerError(f"empty {what}: give at least one token (text that encodes to no tokens counts as empty)")
     if args.batch > 1:

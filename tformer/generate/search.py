@@ -169,6 +169,17 @@ def filler_id(vocab_size: int, *candidates) -> int:
     return 0
 
 
+def prompt_ids(tokenizer, text: str) -> list[int]:
+    """The ids a text prompt starts generation from: its tokens, after BOS where the tokenizer says its model
+    expects one (a GGUF file's add_bos: Gemma's does, SmolLM2's does not), as llama.cpp prompts. Without it a
+    model trained with BOS first reads the prompt as the middle of a document (Gemma 3 repeats itself)."""
+    ids = list(tokenizer.encode(text))
+    bos = getattr(tokenizer, "bos_id", None)
+    if getattr(tokenizer, "add_bos", False) and bos is not None and ids[:1] != [bos]:
+        ids.insert(0, bos)
+    return ids
+
+
 def pad_batch(rows: list[list[int]], pad: int, side: str, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of different lengths -> (ids, mask), padded on the ``side`` ("left" or "right")."""
     width = max(len(r) for r in rows)

@@ -14,6 +14,7 @@ The config comes from gguf_config, which checks every metadata value before a mo
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -49,7 +50,9 @@ _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight
            "output.weight": "lm_head.weight"}
 
 
-WEIGHTS = ("keep", "dequantize")  # load_gguf's choices: blocks kept where tformer runs them, or all fp32
+# load_gguf's choices: blocks kept where tformer runs them, all fp32, or auto: kept where the file's block types are
+# ones tformer keeps, else fp32 with a note (Gemma 3's Q4_K_M mix)
+WEIGHTS = ("auto", "keep", "dequantize")
 # The GGUF Linears of a LLaMA-family layer -> our module names under decoder.layers.{i}.
 _OUR_LINEAR = {"attn_q": "attn.q_proj", "attn_k": "attn.k_proj", "attn_v": "attn.v_proj", "attn_output": "attn.o_proj",
                "ffn_gate": "mlp.gate", "ffn_up": "mlp.up", "ffn_down": "mlp.down"}
@@ -147,10 +150,11 @@ def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> N
             model.get_submodule(module_name).set_blocks(*parts)
 
 
-def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False, weights: str = "keep"):
+def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False, weights: str = "auto"):
     """Our model from a GGUF file or a packaged model's name; with ``tokenizer=True``, (model, the file's
     tokenizer). ``weights``: "keep" runs Q8_0 and Q4_1 matrices in their blocks (other matrices, the
-    embedding and the norms in fp32); "dequantize" widens every tensor to fp32 (or ``dtype``)."""
+    embedding and the norms in fp32) and refuses other block types; "dequantize" widens every tensor to fp32 (or
+    ``dtype``); "auto" keeps what "keep" would and widens a file "keep" refuses, saying so on stderr."""
     if weights not in WEIGHTS:
         raise TformerError(f"--gguf-weights {weights} is not a choice; choose one of: {', '.join(WEIGHTS)}")
     path = resolve_gguf(name_or_path)
@@ -160,7 +164,14 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
         if tok is not None:  # carried as read, so `export --format gguf` writes the tokenizer back unchanged
             tok.metadata = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
             tok.metadata_types = {k: f.metadata_types[k] for k in tok.metadata}
-        kept, fields = kept_linears(f) if weights == "keep" else ({}, None)
+        kept, fields = {}, None
+        if weights in ("keep", "auto"):
+            try:
+                kept, fields = kept_linears(f)
+            except TformerError as exc:
+                if weights == "keep":
+                    raise
+                print(f"note: {exc.args[0].split(';')[0]}; its weights are widened to fp32", file=sys.stderr)
         if kept and dtype not in (None, torch.float32):
             raise TformerError(f"kept blocks carry their own fp16 scales and run on fp32 activations; for dtype "
                                f"{dtype} load with --gguf-weights dequantize")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from tformer.core.errors import TformerError
 from tformer.generate.chat import chat_ids, stop_ids, template_for
 from tformer.generate.continuous import Request
+from tformer.generate.search import prompt_ids
 from tformer.generate.sampling import Sampling
 from tformer.serve.errors import APIError
 from tformer.serve.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
@@ -68,7 +69,7 @@ def _encode(info: ModelInfo, text: str, param: str, special: bool = False) -> li
                 return list(info.tokenizer.encode(text, add_special_tokens=True))
             except TypeError:  # a tformer tokenizer without special-token framing (char-level)
                 pass
-        return list(info.tokenizer.encode(text))
+        return prompt_ids(info.tokenizer, text)
     except TformerError as exc:  # text the tokenizer cannot encode (a character outside its vocabulary)
         raise APIError(400, f"{param}: {exc}", param=param, code="cannot_encode") from None
 
