@@ -27,6 +27,8 @@ def _tiny(name: str) -> ModelConfig:
         small["n_kv_heads"] = 2
     if spec["arch"] == "encoder-decoder":
         small["n_decoder_layers"] = 3
+    if spec.get("layer_types"):  # Gemma 3: a sliding layer and a global one, the window inside the context
+        small.update(layer_types=["sliding", "full"], attn_window=8)
     return preset(name, **small)
 
 

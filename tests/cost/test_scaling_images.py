@@ -39,3 +39,13 @@ def test_knobs_follow_the_architecture():
 def test_knobs_that_do_not_apply_are_refused(name, knob, factor, message):
     with pytest.raises(TformerError, match=message):
         what_if(preset(name), Workload(phase="forward"), factor, knobs=(knob,))
+
+
+def test_doubling_the_layers_of_a_model_with_per_layer_kinds_keeps_their_pattern():
+    """Gemma 3's five sliding layers to one global: twice the layers is twice the pattern, not a refused config."""
+    from tformer.cost.scaling import scaled_config
+
+    base = preset("gemma3-270m")
+    deeper = scaled_config(base, "n_layers", 2.0)
+    assert deeper.n_layers == 36 and deeper.layer_types == base.layer_types * 2
+    assert scaled_config(base, "n_layers", 0.5).layer_types == base.layer_types[:9]

@@ -73,6 +73,10 @@ def scaled_config(config, knob: str, factor: float):
         changes = {"n_layers": scale(config.n_layers)}
         if config.n_decoder_layers is not None:
             changes["n_decoder_layers"] = scale(config.n_decoder_layers)
+        for name in ("layer_types", "attn_dilation"):  # a per-layer list keeps its pattern (Gemma's 5 local : 1 global)
+            per_layer = getattr(config, name)
+            if isinstance(per_layer, list):
+                changes[name] = [per_layer[i % len(per_layer)] for i in range(changes["n_layers"])]
         return config.replace(**changes)
     raise TformerError(f"unknown model knob '{knob}'")
 
