@@ -145,9 +145,11 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # All but the row count held when the choice was made; checked again because a module can be moved,
-        # cast, compiled or trained after it (each check is cheap and none reads a tensor's values).
-        if self.split_rows and x.device.type == "cpu" and x.dtype == torch.float32 \
-                and self.weight.dtype == torch.float32 and not torch.compiler.is_compiling() \
+        # cast, compiled or trained after it (each check is cheap and none reads a tensor's values). Compiling is
+        # asked first: a traced graph then never reads split_rows, so a choice made later (generate sampling
+        # between compiled training steps) does not invalidate the graph.
+        if not torch.compiler.is_compiling() and self.split_rows and x.device.type == "cpu" \
+                and x.dtype == torch.float32 and self.weight.dtype == torch.float32 \
                 and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) \
                 and x.numel() // self.in_features in self.split_rows \
                 and torch.get_num_threads() == self.split_threads:
