@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tformer.core.architectures import ARCH_RECORDS, ARCH_TRAITS, ARCHS, ROLES, ArchTraits, arch_record
+from tformer.core.architectures import ARCH_RECORDS, ARCHS, ROLES, arch_record
 from tformer.core.config import ModelConfig, preset
 from tformer.core.errors import TformerError
 from tformer.core.presets import PRESETS
@@ -29,9 +29,8 @@ def config_for(arch: str) -> ModelConfig:
     return preset(name) if name else ModelConfig(arch=arch)
 
 
-def test_records_are_keyed_by_their_names_and_the_old_names_still_read_them():
+def test_records_are_keyed_by_their_names():
     assert ARCHS == tuple(ARCH_RECORDS) and all(name == r.name for name, r in ARCH_RECORDS.items())
-    assert ARCH_TRAITS is ARCH_RECORDS and ArchTraits is type(ARCH_RECORDS["decoder"])
     assert ModelConfig(arch="rnn").traits is ARCH_RECORDS["rnn"]
     for record in ARCH_RECORDS.values():  # each named piece lies in the layer that resolves it
         for role, layer in ROLES.items():

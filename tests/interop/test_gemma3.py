@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tformer
-from tformer.core.config import ModelConfig, preset
+from tformer.core.config import preset
 from tformer.generate import generate, pad_batch
 from tformer.interop import config_from_hf, config_to_hf
 from tformer.model import build, runner_for
@@ -193,7 +193,6 @@ def test_published_parameter_counts():
     from tformer.cost.ledger import ledger
     assert ledger(preset("gemma3-270m"), seq=8).params["total"] == 268_098_176
     assert ledger(preset("gemma3-1b"), seq=8).params["total"] == 999_885_952
-    assert isinstance(preset("gemma3-270m"), ModelConfig)
 
 
 def test_compiled_decode_equals_eager_past_the_window(pair):

@@ -4,7 +4,7 @@ cache: cached generation equals running the whole sequence again), and what it r
 import pytest
 import torch
 
-from tformer.core.config import ARCH_TRAITS, ModelConfig
+from tformer.core.config import ARCH_RECORDS, ModelConfig
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload
 from tformer.generate import GenerationConfig, generate
@@ -29,7 +29,7 @@ def test_config_fields_and_their_errors():
     c = ModelConfig.from_dict({"arch": "rnn", "vocab_size": V, "d_model": 30, "n_layers": 1})
     assert (c.cell, c.d_hidden) == ("lstm", 30)  # defaults follow d_model
     assert c.to_dict()["d_hidden"] is None and c.replace(d_model=14).d_hidden == 14
-    assert ARCH_TRAITS["rnn"].objective == "causal" and ARCH_TRAITS["rnn"].decoder and not ARCH_TRAITS["rnn"].encoder
+    assert ARCH_RECORDS["rnn"].objective == "causal" and ARCH_RECORDS["rnn"].decoder and not ARCH_RECORDS["rnn"].encoder
     unknown = r"^cell='lstn' is unknown \(did you mean 'lstm'\?\); choose one of: lstm, gru, rnn$"
     with pytest.raises(TformerError, match=unknown):
         config(cell="lstn")

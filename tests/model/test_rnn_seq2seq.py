@@ -6,7 +6,7 @@ written out by hand."""
 import pytest
 import torch
 
-from tformer.core.config import ARCH_TRAITS, ModelConfig
+from tformer.core.config import ARCH_RECORDS, ModelConfig
 from tformer.core.errors import TformerError
 from tformer.generate import GenerationConfig, generate
 from tformer.model import RecurrentSeq2Seq, build, runner_for
@@ -36,7 +36,7 @@ def test_config_fields_and_their_errors():
     c = ModelConfig.from_dict({"arch": "rnn-seq2seq", "vocab_size": V, "d_model": 12})
     assert (c.cell, c.d_hidden, c.rnn_attention, c.rnn_input_feeding, c.bidirectional) == ("lstm", 12, "bahdanau",
                                                                                           True, False)
-    assert c.to_dict()["rnn_attention"] is None and ARCH_TRAITS["rnn-seq2seq"].seq2seq
+    assert c.to_dict()["rnn_attention"] is None and ARCH_RECORDS["rnn-seq2seq"].seq2seq
     with pytest.raises(TformerError, match=r"^rnn_attention='luong' is unknown \(did you mean 'luong-dot'\?\)"):
         config(rnn_attention="luong")
     with pytest.raises(TformerError, match="^rnn_attention .* only applies to arch='rnn-seq2seq'$"):

@@ -8,7 +8,7 @@ model's own; and runner_for picks the right runner.
 import pytest
 import torch
 
-from tformer.core.config import ARCH_TRAITS, ModelConfig
+from tformer.core.config import ARCH_RECORDS, ModelConfig
 from tformer.core.errors import TformerError
 from tformer.model import build
 from tformer.model.records import runner_class
@@ -212,7 +212,7 @@ def test_loss_of_a_headless_encoder_needs_a_stand_in():
 def test_runner_for_each_architecture(arch, cls):
     runner = runner_for(model_for(arch))
     assert type(runner) is cls
-    traits = ARCH_TRAITS[arch]
+    traits = ARCH_RECORDS[arch]
     assert runner.generates == traits.decoder and runner.takes_source == traits.seq2seq
     assert runner.phases == traits.phases and runner.label == traits.label
     assert runner_class(arch) is cls  # the runner the arch's record names

@@ -167,9 +167,6 @@ RECORDS = (
 )
 ARCH_RECORDS = {r.name: r for r in RECORDS}
 ARCHS = tuple(ARCH_RECORDS)
-# The names callers knew before the record named its pieces: a record's traits are its fields.
-ArchTraits = ArchRecord
-ARCH_TRAITS = ARCH_RECORDS
 
 
 def arch_record(arch: str) -> ArchRecord:
@@ -223,5 +220,5 @@ ARCH_FIELDS = {
 # CLIP's initial temperature, ln(1 / 0.07) as the released configs round it: logits = cosine / 0.07.
 CLIP_LOGIT_SCALE = 2.6592
 
-__all__ = ["ARCHS", "ARCH_FIELDS", "ARCH_RECORDS", "ARCH_TRAITS", "CLIP_LOGIT_SCALE", "RECORDS", "ROLES", "ArchRecord",
-           "ArchTraits", "arch_record"]
+__all__ = ["ARCHS", "ARCH_FIELDS", "ARCH_RECORDS", "CLIP_LOGIT_SCALE", "RECORDS", "ROLES", "ArchRecord",
+           "arch_record"]

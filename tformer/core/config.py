@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tformer.core.architectures import (  # noqa: F401 (ARCH_RECORDS, ARCH_TRAITS: re-exported for callers)
-    ARCH_FIELDS, ARCH_RECORDS, ARCH_TRAITS, ARCHS, CLIP_LOGIT_SCALE, ArchRecord, arch_record)
+from tformer.core.architectures import (  # noqa: F401 (ARCH_RECORDS: re-exported for callers)
+    ARCH_FIELDS, ARCH_RECORDS, ARCHS, CLIP_LOGIT_SCALE, ArchRecord, arch_record)
 from tformer.core.attention_kinds import ATTN_IMPLS, ATTN_KINDS, AttnOptions
 from tformer.core.errors import TformerError
 from tformer.core.files import FileFormatError, read_json

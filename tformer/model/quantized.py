@@ -108,8 +108,9 @@ class QuantizedLinear(nn.Module):
         if _KERNELS[self.kernel_bits] and self.weight.device.type == "cpu":
             key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features, bucket,
                    torch.get_num_threads())
-            x = torch.randn(rows, self.in_features, dtype=dtype)
-            kernel = _CHOICES[key] = _CHOICES[key] if key in _CHOICES else self._kernel_measured_faster(x)
+            if key not in _CHOICES:  # every generate call runs the pass: only the first of a shape times it
+                _CHOICES[key] = self._kernel_measured_faster(torch.randn(rows, self.in_features, dtype=dtype))
+            kernel = _CHOICES[key]
         if kernel:
             self._kernel_operands()
         self._chosen[bucket] = kernel

@@ -105,7 +105,7 @@ class Runner:
     def __init__(self, model: TransformerModel):
         self.model, self.config = model, model.config
 
-    # What it can do (from the config's ArchTraits) ------------------------------------------------
+    # What it can do (from the config's ArchRecord, tformer.core.architectures) ------------------------------------------------
     @property
     def generates(self) -> bool:
         return self.config.traits.decoder

@@ -9,7 +9,7 @@ Code above model/ never asks which architecture a model is; it asks the model's 
     logits = runner.step(cache, tokens)               # (N,) new tokens -> (N, V)
 
 and for what it can do: ``generates``, ``takes_source``, ``objective``, ``phases``, ``label``
-(the config's ArchTraits, tformer.core.config). ``runner_for`` is the one place that maps an
+(the config's ArchRecord, tformer.core.architectures, tformer.core.config). ``runner_for`` is the one place that maps an
 architecture to its runner. What generation and serving do to the rows of a cache is the cache's
 own (tformer.model.runner_base.Cache), not the runner's:
 
