@@ -4,7 +4,7 @@ Gemma 3 270M, Q4_K_M), beside the read-bandwidth roofline and the ledger's predi
     bash bench/build_llamacpp.sh                # once: llama.cpp's tools from the llama-cpp-python sdist (~25 min)
     python bench/llamacpp.py                    # speed, perplexity (20 chunks), llama.cpp reading tformer's GGUF
     python bench/llamacpp.py --ppl-chunks 0     # the whole WikiText-2 test split (592 chunks: about an hour)
-    python bench/llamacpp.py --gguf gemma3-270m --skip export   # Gemma 3 (fp32 only: its K-quant mix is not kept)
+    python bench/llamacpp.py --gguf gemma3-270m --skip export   # Gemma 3: its Q4_K_M mix kept matrix by matrix
 
 What is measured (batch 1, threads = physical cores, the machine otherwise quiet):
   1. llama-bench's protocol: pp512 (tokens/s of a 512-token prompt in one pass) and tg128 (tokens/s of 128
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     models = {"fp32": load_gguf(path, tokenizer=True, weights="dequantize")}
     try:
         models["kept"] = (load_gguf(path, weights="keep"), None)
-    except TformerError as exc:  # a block mix tformer does not keep (Gemma 3's Q4_K_M): fp32 rows only
+    except TformerError as exc:  # a block type tformer does not keep (Q4_0, Q5_K): fp32 rows only
         record["kept"] = f"not measured: {exc}"
         print(f"kept blocks: {exc}")
     tok = models["fp32"][1]

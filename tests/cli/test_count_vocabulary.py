@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from tformer.cli.count import vocabulary_shares
+from tformer.cost.vocabulary import vocabulary_shares
 from tformer.core.config import preset
 from tformer.cost.ledger import Workload, ledger
 

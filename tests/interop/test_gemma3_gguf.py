@@ -1,13 +1,12 @@
 """The real Gemma 3 270M from its GGUF file (Q4_K_M: Q5_0, Q4_K, Q6_K and Q8_0 blocks, F32 norms stored as 1 + w):
 the config its metadata describes (with what llama.cpp fixes for the architecture), the norms undone, the K-quant
-mix dequantized, and the logits and greedy continuations of transformers' GGUF loader (the reference)."""
+mix dequantized or kept matrix by matrix, and the logits and greedy continuations of transformers' GGUF loader (the reference)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tformer.core.errors import TformerError
 from tformer.interop.gguf_config import config_from_gguf
 from tformer.interop.gguf_file import open_gguf
 from tformer.interop.gguf_model import load_gguf
@@ -50,13 +49,27 @@ def test_the_weights_are_the_files_with_the_norms_undone(gemma3, gemma3_path):
             assert torch.equal(model.state_dict()[ours], want), name
 
 
-def test_keeping_its_block_mix_is_refused_with_the_way_out_and_auto_widens_it(gemma3_path, gemma3, capsys):
-    with pytest.raises(TformerError, match="--gguf-weights dequantize"):
-        load_gguf(gemma3_path, weights="keep")
-    auto = load_gguf(gemma3_path, weights="auto")
-    assert "widened to fp32" in capsys.readouterr().err and auto.config.quantize == "none"
-    assert torch.equal(auto.state_dict()["decoder.layers.0.attn.q_proj.weight"],
-                       gemma3[0].state_dict()["decoder.layers.0.attn.q_proj.weight"])
+def test_its_block_mix_is_kept_matrix_by_matrix_and_widens_to_the_dequantized_model(gemma3_path, gemma3):
+    """The Q4_K_M mix kept (quantize='mixed'): every layer Linear in its tensor's own format holding the file's
+    bytes, the head the Q8_0 token table; on the widening path the logits are the dequantized model's exactly."""
+    from tformer.model.quantized import QuantizedLinear, quantized_path
+
+    kept = load_gguf(gemma3_path, weights="keep")
+    c = kept.config
+    assert (c.quantize, c.quantize_head, len(c.quantize_layers)) == ("mixed", "q8_0", 18)
+    with open_gguf(gemma3_path) as f:
+        for i in range(18):
+            for gguf_name, ours in (("attn_q", "attn.q_proj"), ("attn_v", "attn.v_proj"), ("attn_output", "attn.o_proj"),
+                                    ("ffn_down", "mlp.down")):
+                name = f"blk.{i}.{gguf_name}.weight"
+                module = kept.get_submodule(f"decoder.layers.{i}.{ours}")
+                assert isinstance(module, QuantizedLinear) and module.layout == f.tensors[name].ggml_type.lower()
+                if module.layout != "q8_0":
+                    assert module.blocks.numpy().tobytes() == f.raw(name).tobytes(), name
+    assert kept.num_parameters() == 268_098_176
+    ids = torch.tensor([gemma3[1].encode("The capital of France is")])
+    with torch.no_grad(), quantized_path(kept, "reference"):
+        assert torch.equal(kept(ids).logits, gemma3[0](ids).logits)
 
 
 def test_a_prompt_starts_with_bos_where_the_file_says_so(gemma3):

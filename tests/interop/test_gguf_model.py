@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -167,10 +168,25 @@ def test_an_unknown_name_or_path_is_one_line(tmp_path):
     assert "smollm2-135m-instruct" in str(err.value)
 
 
-def _blocks_file(tmp_path, layer_types: dict[str, str], embd="Q8_0"):
-    """A 2-layer llama GGUF (widths whole blocks of 32) whose matrices gguf-py quantizes to the given types."""
+def _random_k_blocks(shape, ggml_type: str) -> np.ndarray:
+    """Random bytes of a Q4_K or Q6_K tensor whose fp16 super-block scales are small and finite (no encoder of
+    ours involved: the reference is gguf-py's reading of the same bytes)."""
+    per, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[ggml_type]]
+    blocks = np.random.default_rng(abs(hash(shape)) % 1000).integers(0, 256, (shape[0] * shape[1] // per, size),
+                                                                     dtype=np.uint8)
+    scales = np.random.default_rng(3).uniform(1e-3, 5e-3, (blocks.shape[0], 2)).astype(np.float16).view(np.uint8)
+    if ggml_type == "Q6_K":
+        blocks[:, 208:210] = scales[:, :2]
+    else:
+        blocks[:, 0:4] = scales
+    return blocks.reshape(shape[0], -1)
+
+
+def _blocks_file(tmp_path, layer_types: dict[str, str], embd="Q8_0", d=32, ff=64):
+    """A 2-layer llama GGUF (widths whole blocks) whose matrices gguf-py quantizes to the given types (Q4_K and
+    Q6_K, which gguf-py does not write: random blocks)."""
     torch.manual_seed(1)
-    heads, kv, d, ff, vocab = 4, 2, 32, 64, 40
+    heads, kv, vocab = 4, 2, 40
     w = gguf.GGUFWriter(str(tmp_path / "blocks.gguf"), "llama")
     for key, value in {"block_count": 2, "embedding_length": d, "feed_forward_length": ff,
                        "attention.head_count": heads, "attention.head_count_kv": kv, "context_length": 64}.items():
@@ -182,6 +198,8 @@ def _blocks_file(tmp_path, layer_types: dict[str, str], embd="Q8_0"):
         t = (torch.randn(shape) * 0.2).numpy()
         if ggml_type == "F32":
             w.add_tensor(name, t)
+        elif ggml_type in ("Q4_K", "Q6_K"):
+            w.add_tensor(name, _random_k_blocks(shape, ggml_type), raw_dtype=gguf.GGMLQuantizationType[ggml_type])
         else:
             kind = gguf.GGMLQuantizationType[ggml_type]
             w.add_tensor(name, gguf.quants.quantize(t, kind), raw_dtype=kind)
@@ -218,8 +236,38 @@ def test_kept_blocks_compute_the_dequantized_model(tmp_path, layers, embd, want)
         assert torch.allclose(kept(ids).logits, dense(ids).logits, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("types,words", [({"*": "Q4_0"}, "holds its layers' matrices as Q4_0; tformer keeps Q8_0, Q4_1"),
-                                         ({"*": "Q4_1", "ffn_down": "Q8_0"}, "mixes block types in its layers (Q4_1, Q8_0)")])
+# Each matrix in its own format, as llama.cpp's Q4_K_M mixes them (Gemma 3's file: Q5_0, Q8_0, Q4_K, Q6_K).
+_MIX = {"*": "Q5_0", "attn_v": "Q8_0", "attn_output": "Q4_K", "ffn_down": "Q6_K"}
+
+
+def test_a_file_mixing_block_types_keeps_each_matrix_in_its_own(tmp_path):
+    """quantize='mixed': every Linear holds its tensor's bytes as the file has them, and widened the model gives
+    the dequantized model's logits; the forced kernel (Q6_K has none: the reference) stays within bf16."""
+    from tformer.model.quantized import quantized_path
+
+    path = _blocks_file(tmp_path, _MIX, d=256, ff=512)
+    kept, dense = load_gguf(path, weights="keep"), load_gguf(path, weights="dequantize")
+    c = kept.config
+    assert (c.quantize, c.quantize_head) == ("mixed", "q8_0")
+    assert c.quantize_layers == ["q:q5_0,k:q5_0,v:q8_0,o:q4_k,gate:q5_0,up:q5_0,down:q6_k"] * 2
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}  # gguf-py's reading of the bytes
+    for layer in range(2):
+        for gguf_name, ours in (("attn_output", "attn.o_proj"), ("ffn_down", "mlp.down"), ("ffn_up", "mlp.up")):
+            raw = tensors[f"blk.{layer}.{gguf_name}.weight"].data
+            stored = kept.get_submodule(f"decoder.layers.{layer}.{ours}").blocks
+            assert stored.numpy().tobytes() == np.asarray(raw).tobytes()
+    ids = torch.tensor([[1, 5, 7, 30, 2, 11]])
+    with torch.no_grad(), quantized_path(kept, "reference"):
+        assert torch.equal(kept(ids).logits, dense(ids).logits)
+    with torch.no_grad(), quantized_path(kept, "kernel"):
+        kernel = kept(ids).logits
+    ref = dense(ids).logits.detach()
+    assert (kernel - ref).abs().max() < 0.02 * ref.abs().max()
+
+
+@pytest.mark.parametrize("types,words", [({"*": "Q4_0"}, "holds its layers' matrices as Q4_0 (blk.0.attn_q.weight); "
+                                                         "tformer keeps Q8_0, Q4_1, Q5_0, Q4_K, Q6_K"),
+                                         ({"*": "Q4_1", "ffn_down": "Q5_1"}, "holds its layers' matrices as Q5_1")])
 def test_blocks_tformer_cannot_keep_are_one_line_with_the_way_out(tmp_path, types, words):
     path = _blocks_file(tmp_path, types)
     with pytest.raises(TformerError, match=re.escape(words)) as err:

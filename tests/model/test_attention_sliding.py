@@ -115,6 +115,23 @@ def test_model_equals_reference_attention_under_the_window_mask(arch, dilation):
     assert (getattr(a, t) - getattr(b, t)).abs().max().item() < 1e-5
 
 
+@pytest.mark.parametrize("arch", ["decoder", "encoder"])
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_attention_maps_are_the_window_s_weights(arch, dilation):
+    """output_attentions on a sliding layer: the weights of softmax over the window (zero outside the definition's
+    mask, each row a distribution), and the outputs those weights give are the sliding kind's own."""
+    model = _model(arch=arch, attn_dilation=dilation, **({"position": "learned"} if arch == "encoder" else {}))
+    ids = torch.randint(0, 41, (2, 15))
+    with torch.no_grad():
+        plain, mapped = model(ids), model(ids, output_attentions=True)
+    t = "logits" if plain.logits is not None else "last_hidden_state"
+    assert (getattr(plain, t) - getattr(mapped, t)).abs().max().item() < 1e-5
+    allowed = window_mask(15, 15, 0, 0, 4, dilation, arch == "decoder")
+    for weights in mapped.attentions:
+        assert weights.shape == (2, 4, 15, 15) and bool((weights[..., ~allowed] == 0).all())
+        assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 15))
+
+
 @pytest.mark.parametrize("dilation", [1, 2])
 def test_rolling_cache_greedy_decoding_equals_full_recompute(dilation):
     w = 4

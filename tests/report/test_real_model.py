@@ -1,7 +1,8 @@
-"""Section 14, "A real model": SmolLM2-135M-Instruct from its GGUF file in the report: the ledger of each weight
-format (the file's Q4_1 + Q8_0 read fewer bytes per token than fp32, by the formats' own sizes), the measured
-decode beside the prediction, a chat reply, the attention maps of both ends of the stack and a perplexity,
-rendered into Markdown, HTML and JSON; skipped with one line under --no-real-model."""
+"""Section 14, "A real model": SmolLM2-135M-Instruct (or Gemma 3 270M) from its GGUF file in the report: the ledger
+of each weight format (the file's blocks read fewer bytes per token than fp32, by the formats' own sizes), what the
+vocabulary costs, the measured decode beside the prediction, a chat reply (Gemma: a continuation), the attention maps
+of both ends of the stack and a perplexity, rendered into Markdown, HTML and JSON; skipped with one line under
+--no-real-model."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tformer.report.doc import Document, Figure, Table
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def _context(real_model=True, results_dir=None):
+def _context(real_model=R.DEFAULT, results_dir=None):
     from test_report import fake_bench
 
     from tformer.machine import cpu_info
@@ -58,7 +59,8 @@ def test_the_section_holds_the_ledger_the_chat_the_maps_and_the_perplexity(built
     layers = {m.layer for m in ctx.results["real_model"]["maps"]}
     assert layers == {0, 29} and len(ctx.results["real_model"]["maps"]) == 2 * 9
     table = next(b for b in sec.blocks if isinstance(b, Table))
-    assert [r[0] for r in table.rows] == [label for label, _ in R.FORMATS]
+    labels = [label for label, _ in R.FORMATS]
+    assert [r[0] for r in table.rows] == [*labels[:3], "the file: Q4_1 layers, Q8_0 head", *labels[3:]]
 
 
 def test_it_renders_into_every_format(built, tmp_path):
@@ -68,11 +70,39 @@ def test_it_renders_into_every_format(built, tmp_path):
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert "## 14. A real model" in md and "](plots/real_model_attention.png)" in md
     assert "SmolLM2" in page and 'src="data:image/png;base64,' in page
-    assert json.loads((out / "report.json").read_text())["real_model"]["chat"]["user"] == R.QUESTION
+    assert json.loads((out / "report.json").read_text())["real_model"]["chat"]["user"] == R.MODELS[R.DEFAULT].prompt
 
 
 def test_skipped_in_one_line():
-    ctx = _context(real_model=False)
+    ctx = _context(real_model="")
     ctx.results["real_model"] = R.measure(ctx)
     sec = R.build(ctx)
     assert [b.text for b in sec.blocks] == ["No real model: skipped (--no-real-model)."]
+
+
+def test_the_cli_offers_the_sections_models():
+    from tformer.cli.report import REAL_MODELS
+
+    assert REAL_MODELS == tuple(R.MODELS) and REAL_MODELS[0] == R.DEFAULT
+
+
+def test_gemma3_shows_its_vocabulary_its_block_mix_and_a_continuation(gemma3_path):
+    """`--real-model gemma3-270m`: the base model continues a prompt (no chat template), its 262k vocabulary's
+    shares lead, its Q4_K_M mix is priced from the config the file gave, and the perplexity starts chunks with BOS."""
+    ctx = _context("gemma3-270m")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(R, "REPLY_TOKENS", 6)
+        mp.setattr(R, "PPL_CHUNKS", 1)
+        ctx.results["real_model"] = R.measure(ctx)
+    sec = R.build(ctx)
+    data = ctx.data["real_model"]
+    assert sec.heading == "14. A real model: Gemma 3 270M from its GGUF file" and data["model"] == "gemma3-270m"
+    assert "Paris" in data["continuation"]["reply"] and "chat" not in data
+    assert 0.6 < data["vocabulary"]["embedding_params_share"] < 0.65  # 167,772,160 of 268,098,176
+    rows = {r["format"]: r for r in data["formats"]}
+    fp32, file = rows["fp32 (dequantized)"], rows["the file: Q4_K_M mix, Q8_0 head"]
+    assert file["flops"] == fp32["flops"] and 3.5 < fp32["bytes_read"] / file["bytes_read"] < 4.5
+    assert {m.layer for m in ctx.results["real_model"]["maps"]} == {0, 17}
+    assert 1 < data["perplexity"] < 100
+    text = " ".join(b.text for b in sec.blocks if hasattr(b, "text"))
+    assert "262,144-token vocabulary" in text and "512-token window" in text

@@ -34,7 +34,7 @@ from tformer.core.inputs import Bounds
 from tformer.core.objectives import OBJECTIVES, objective_config
 from tformer.cost.conventions import course_flops
 from tformer.cost.ledger import ledger
-from tformer.cost.memory import vocabulary_bytes
+from tformer.cost.vocabulary import vocabulary_memory, vocabulary_shares
 from tformer.cost.roofline import roofline
 from tformer.cost.scaling import activation_alternatives
 
@@ -79,7 +79,7 @@ def run(args) -> int:
         out = lg.to_dict(include_ops=True)
         if alternatives:
             out["memory"]["activations_alternatives"] = alternatives
-        out["memory"].update(_vocabulary(lg))
+        out["memory"].update(vocabulary_memory(lg))
         vocab = vocabulary_shares(config, workload)
         if vocab is not None:
             out["vocabulary"] = vocab
@@ -131,33 +131,7 @@ def _without_loss_chunk(config, workload) -> dict | None:
         return None
     plain = ledger(config, replace(workload, loss_chunk=0))
     m = plain.memory
-    return {"logits": m["logits"], "activations": m["activations"], "total": m["total"], **_vocabulary(plain)}
-
-
-def vocabulary_shares(config, workload) -> dict | None:
-    """What the vocabulary costs, as shares (the large-vocabulary analysis: Gemma 3's 262,144 tokens): of the
-    parameters (the token table), of a training step's matmul FLOPs and of a decoded token's (the LM head), of the
-    bytes a decode step reads (the table's row and the head's weights) and of a training step's memory (the
-    logits and what the loss keeps). None for a model without an LM head."""
-    lg = ledger(config, workload)
-    if lg.architecture.lm_head is None:
-        return None
-    seq = max(workload.seq, 2)
-    train = lg if workload.training else ledger(config, replace(workload, phase="train", seq=seq))
-    step = ledger(config, replace(workload, phase="decode", seq=seq, context=seq - 1))
-
-    def head_share(led, attr):
-        ops = [op for op in led.ops if op.name.split(".")[0] in ("lm_head", "tok_embed")]
-        whole = led.total(led.ops, attr)
-        return led.total(ops, attr) / whole if whole else 0.0
-
-    tables = sum(op.params for op in lg.ops if op.name == "tok_embed")
-    return {"embedding_params": tables, "embedding_params_share": tables / lg.params["total"],
-            "head_flops_share_train": head_share(train, "matmul_flops"),
-            "head_flops_share_decode": head_share(step, "matmul_flops"),
-            "head_bytes_share_decode": head_share(step, "bytes_read"),
-            "logits_memory_share_train": _vocabulary(train)["logits_share"], "train_batch_seq": [train.workload.batch,
-                                                                                               train.workload.seq]}
+    return {"logits": m["logits"], "activations": m["activations"], "total": m["total"], **vocabulary_memory(plain)}
 
 
 def _print_vocabulary(con, v: dict) -> None:
@@ -173,12 +147,6 @@ def _print_vocabulary(con, v: dict) -> None:
     b, s = v["train_batch_seq"]
     t.add_row(f"training memory at {b} x {s} (logits + what the loss keeps)", f"{v['logits_memory_share_train']:.1%}")
     con.print(t)
-
-
-def _vocabulary(lg) -> dict:
-    """The (tokens x vocabulary) part of the memory (cost.memory.vocabulary_bytes) and its share of the total."""
-    part, total = vocabulary_bytes(lg), lg.memory["total"]
-    return {"logits_and_loss": part, "logits_share": part / total if total else 0.0}
 
 
 def _objective_adds(name: str, base, trained) -> dict:
@@ -287,7 +255,7 @@ def _print_tables(lg, roof, alternatives, course, show_ops, unchunked=None) -> N
         label = f"logits ({w.loss_chunk:,} rows at a time)" if key == "logits" and w.training and w.loss_chunk else key
         t.add_row(label.replace("_", " "), fmt.nbytes_gb(m[key]))
     if w.training:
-        vocab = _vocabulary(lg)
+        vocab = vocabulary_memory(lg)
         t.add_row("  logits + what the loss keeps (share of total)",
                   f"{fmt.nbytes_gb(vocab['logits_and_loss'])} ({vocab['logits_share']:.1%})")
     if unchunked is not None:

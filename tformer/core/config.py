@@ -22,6 +22,8 @@ from tformer.core.files import FileFormatError, read_json
 from tformer.core.config_values import choice as _choice, coerce as _coerce, divisor_near as _divisor_near
 from tformer.core.config_values import quoted as _quoted, whole as _whole
 from tformer.core.presets import PRESETS
+from tformer.core.quant_formats import (  # noqa: F401 (re-exported for callers)
+    BLOCK_GROUPS, QUANT_BITS, QUANT_GROUPS, QUANTIZATIONS, layer_formats)
 
 
 MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB; anything this big is not one
@@ -40,13 +42,6 @@ ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")
 # *ForTokenClassification and *ForQuestionAnswering; pooling: which vector a sequence classifier reads.
 TASKS = ("", "sequence-classification", "token-classification", "question-answering")
 POOLINGS = ("cls", "mean", "last")  # cls: the first token (through the pooler if any); last: the last real token
-# Weight-only quantization of every Linear and the LM head (tformer.model.quantized): int8 per output channel,
-# int4 in groups of quant_group inputs sharing a scale and zero point; q8_0 and q4_1 are GGUF's blocks of 32
-# weights with fp16 scales (tformer.model.block_quantized), what llama.cpp's files hold.
-QUANTIZATIONS = ("none", "int8", "int4", "q8_0", "q4_1")
-QUANT_BITS = {"int8": 8, "int4": 4, "q8_0": 8, "q4_1": 4}
-BLOCK_GROUPS = {"q8_0": 32, "q4_1": 32}  # weights per block, fixed by the format
-QUANT_GROUPS = (32, 64, 128, 256)
 
 # Shorthands for the feed-forward block, as papers and the oracles name it.
 MLP_SHORTHANDS = {
@@ -84,7 +79,7 @@ DERIVED = {
     "projection_dim": lambda c: c.d_model if "projection_dim" in c.traits.fields else None,
     "pooling": lambda c: ("last" if c.traits.decoder else "cls") if c.task == "sequence-classification" else None,
     "quant_group": lambda c: 32 if "int4" in (c.quantize, c.quantize_head) else None,
-    "quantize_head": lambda c: c.quantize,
+    "quantize_head": lambda c: "none" if c.quantize == "mixed" else c.quantize,
 }
 
 
@@ -184,9 +179,11 @@ class ModelConfig:
     pooling: str | None = None  # None = cls (encoder), last (decoder)
     # Weight-only quantization; quant_group: int4's inputs per scale (None = 32; int8 has one scale per row).
     # quantize_head: the LM head's (None = as quantize); a GGUF file may keep it in another format than the layers.
+    # quantize="mixed": each layer's Linears as quantize_layers says, one entry per layer (core.quant_formats).
     quantize: str = "none"
     quant_group: int | None = None
     quantize_head: str | None = None
+    quantize_layers: list[str] | None = None
 
     dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -398,7 +395,8 @@ class ModelConfig:
     def _validate_quantize(self) -> None:
         _choice("quantize", self.quantize, QUANTIZATIONS)
         if self.quantize_head is not None:
-            _choice("quantize_head", self.quantize_head, QUANTIZATIONS)
+            _choice("quantize_head", self.quantize_head, QUANTIZATIONS[:-1])
+        self._validate_quantize_layers()
         if self.quantize_head not in (None, "none") and not self.lm_head:
             raise TformerError(f"quantize_head={self.quantize_head} quantizes the LM head; this model has none: "
                                "drop quantize_head")
@@ -415,6 +413,21 @@ class ModelConfig:
         if self.quant_group not in QUANT_GROUPS:
             raise TformerError(f"quant_group={self.quant_group} is not a supported int4 group size; choose one of: "
                                f"{', '.join(map(str, QUANT_GROUPS))}")
+
+    def _validate_quantize_layers(self) -> None:
+        if (self.quantize == "mixed") != (self.quantize_layers is not None):
+            raise TformerError("quantize='mixed' and quantize_layers go together: quantize_layers gives each layer's "
+                               "formats; set both, or neither")
+        if self.quantize_layers is None:
+            return
+        if self.traits.seq2seq or self.traits.images or self.traits.recurrent:
+            raise TformerError(f"quantize_layers sets a one-stack Transformer's layers; {self.traits.label} has "
+                               "several stacks: quantize it with one format (quantize=int8, int4, ...)")
+        if not isinstance(self.quantize_layers, list) or len(self.quantize_layers) != self.n_layers:
+            got = len(self.quantize_layers) if isinstance(self.quantize_layers, list) else "no list"
+            raise TformerError(f"quantize_layers gives {got} layers for n_layers={self.n_layers}; give one per layer")
+        for i, entry in enumerate(self.quantize_layers):
+            layer_formats(entry, i)
 
     @property
     def image_tokens(self) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tformer.core.architectures import arch_record
-from tformer.core.config import BLOCK_GROUPS, QUANT_BITS, QUANT_GROUPS
+from tformer.core.quant_formats import BLOCK_GROUPS, LAYER_ROLES, QUANT_BITS, QUANT_GROUPS, layer_formats
 from tformer.core.errors import TformerError
 from tformer.cost.description import (
     MLP,
@@ -120,13 +120,15 @@ def _quantized(c, arch: Architecture) -> Architecture:
             return lin and replace(lin, bits=bits, group=group, layout=layout, tied=False)
         return q
 
-    q = quantizer(c.quantize)
-
-    def layer(ly: Layer) -> Layer:
-        att = tuple(replace(a, q=q(a.q), k=q(a.k), v=q(a.v), o=q(a.o)) for a in ly.attention)
-        mlp = replace(ly.mlp, up=q(ly.mlp.up), gate=q(ly.mlp.gate), down=q(ly.mlp.down))
+    def layer(ly: Layer, index: int) -> Layer:
+        if c.quantize == "mixed":  # one format per Linear of this layer
+            q = {role: quantizer(fmt) for role, fmt in layer_formats(c.quantize_layers[index], index).items()}
+        else:
+            q = dict.fromkeys(LAYER_ROLES, quantizer(c.quantize))
+        att = tuple(replace(a, q=q["q"](a.q), k=q["k"](a.k), v=q["v"](a.v), o=q["o"](a.o)) for a in ly.attention)
+        mlp = replace(ly.mlp, up=q["up"](ly.mlp.up), gate=q["gate"](ly.mlp.gate), down=q["down"](ly.mlp.down))
         return replace(ly, attention=att, mlp=mlp)
-    stacks = tuple(replace(st, layers=tuple(layer(ly) for ly in st.layers)) for st in arch.stacks)
+    stacks = tuple(replace(st, layers=tuple(layer(ly, i) for i, ly in enumerate(st.layers))) for st in arch.stacks)
     head = arch.lm_head and replace(arch.lm_head, linear=quantizer(c.quantize_head)(arch.lm_head.linear))
     return replace(arch, stacks=stacks, lm_head=head)
 

@@ -17,7 +17,7 @@ from tformer.cost.recurrent import GATES
 @dataclass(frozen=True)
 class Linear:
     """y = x W^T (+ b): one nn.Linear. ``tied``: W is the token table's (the module owns only its bias).
-    ``layout`` (config.quantize's names: int8, int4, q8_0, q4_1): W is weight-only quantized to ``bits`` per weight,
+    ``layout`` (config.quantize's names: int8, int4, q8_0, q4_1, q5_0, q4_k, q6_k): W is weight-only quantized to ``bits`` per weight,
     held in buffers (tformer.cost.quantized: their names, shapes, bytes)."""
 
     path: str
@@ -27,7 +27,7 @@ class Linear:
     bias: bool
     tied: bool = False
     bits: int = 0  # 0: float W (the workload's dtype)
-    group: int = 0  # int4, q8_0, q4_1: inputs per scale (and zero)
+    group: int = 0  # int4: inputs per scale and zero; a GGUF block format: weights per block
     layout: str = ""  # "": float W
 
     def parameters(self) -> dict[str, tuple[int, ...]]:

@@ -6,6 +6,8 @@ bf16 ``scale`` and ``zero`` per ``group`` inputs of each row (asymmetric: W = (q
 0..15; the form torch's int4 CPU kernel takes, in the dtype it is fed).
 q8_0: ``weight`` (d_out, d_in) int8 and an fp16 ``scale`` per 32 inputs (GGUF's Q8_0: 34 bytes per 32 weights).
 q4_1: ``weight`` packed as int4's, an fp16 ``scale`` and ``min`` per 32 inputs (GGUF's Q4_1: 20 bytes per 32).
+q5_0, q4_k, q6_k: ``blocks`` (d_out, bytes of a row's blocks) uint8, the file's blocks as they are (22 bytes per 32
+weights, 144 and 210 per 256; tformer.model.kquant_linear decodes them).
 The bias stays float. The model's buffers (tformer.model.quantized, block_quantized) are these, so the ledger's
 weight bytes are the state dict's.
 """
@@ -14,7 +16,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tformer.core.quant_formats import GGML_BLOCKS
 from tformer.cost.description import Linear
+
+RAW_BLOCKS = ("q5_0", "q4_k", "q6_k")  # formats kept as the file's block bytes
 
 
 def quantized_buffers(spec: Linear) -> dict[str, tuple[tuple[int, ...], str, int]]:
@@ -31,6 +36,9 @@ def quantized_buffers(spec: Linear) -> dict[str, tuple[tuple[int, ...], str, int
     if spec.layout == "q4_1":
         return {f"{p}.weight": ((n, k // 2), "uint8", 1), f"{p}.scale": (groups, "float16", 2),
                 f"{p}.min": (groups, "float16", 2)}
+    if spec.layout in RAW_BLOCKS:
+        per_block, block_bytes = GGML_BLOCKS[spec.layout.upper()]
+        return {f"{p}.blocks": ((n, k // per_block * block_bytes), "uint8", 1)}
     return {}
 
 

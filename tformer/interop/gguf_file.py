@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tformer.core.files import FileFormatError, described
+from tformer.core.quant_formats import GGML_BLOCKS
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -46,11 +47,7 @@ GGML_TYPE_NAMES = {
 GGML_TYPE_IDS = {name: number for number, name in GGML_TYPE_NAMES.items()}
 
 # The types tformer decodes: name -> (values per block, bytes per block). Sizes from ggml-common.h.
-BLOCK_LAYOUTS = {
-    "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2),
-    "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34),
-    "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210),
-}
+BLOCK_LAYOUTS = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), **GGML_BLOCKS}
 
 # GGUF metadata value types: id -> (name, struct format or None for string / array).
 VALUE_TYPES = {

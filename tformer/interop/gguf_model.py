@@ -1,7 +1,8 @@
 """A tformer model from a GGUF file (llama.cpp's format): the config from its metadata, the weights under
 Hugging Face's names, then through the same conversion ``load_hf`` uses, so one set of key tables serves both
-formats. The weights are either dequantized to fp32 (bit-identical to gguf-py's dequantizer) or, for Q8_0 and
-Q4_1 matrices, kept in their blocks and run by tformer's block Linears (tformer.model.block_quantized).
+formats. The weights are either dequantized to fp32 (bit-identical to gguf-py's dequantizer) or, for Q8_0, Q4_1,
+Q5_0, Q4_K and Q6_K matrices, kept in their blocks and run by tformer's block Linears
+(tformer.model.block_quantized, kquant_linear), each matrix in its own format.
 
     model = load_gguf("smollm2-135m-instruct")          # a packaged name, or a path to a .gguf file
     model, tokenizer = load_gguf(path, tokenizer=True, weights="dequantize")
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.core.quant_formats import layer_entry
 from tformer.interop.gguf_config import gguf_name, hf_config_from_gguf, resolve_gguf
 from tformer.interop.gguf_file import GGUFFile, open_gguf
 from tformer.interop.gguf_quants import KEPT, block_parts, dequantize
@@ -51,11 +53,13 @@ _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight
 
 
 # load_gguf's choices: blocks kept where tformer runs them, all fp32, or auto: kept where the file's block types are
-# ones tformer keeps, else fp32 with a note (Gemma 3's Q4_K_M mix)
+# ones tformer keeps, else fp32 with a note (a Q4_0 or Q5_K file)
 WEIGHTS = ("auto", "keep", "dequantize")
 # The GGUF Linears of a LLaMA-family layer -> our module names under decoder.layers.{i}.
 _OUR_LINEAR = {"attn_q": "attn.q_proj", "attn_k": "attn.k_proj", "attn_v": "attn.v_proj", "attn_output": "attn.o_proj",
                "ffn_gate": "mlp.gate", "ffn_up": "mlp.up", "ffn_down": "mlp.down"}
+_ROLES = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o", "ffn_gate": "gate", "ffn_up": "up",
+          "ffn_down": "down"}  # config.quantize_layers' names for them
 _FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
@@ -108,31 +112,40 @@ def _hf_name(f: GGUFFile, name: str, n_layers: int, family: str = "llama") -> st
                        "damaged or of another architecture")
 
 
-def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict[str, str]]:
-    """The Linears that stay in their blocks (GGUF name -> our module) and the config fields that say so
-    (quantize for the layers, quantize_head for the LM head). Float matrices stay float; a layer type other
-    than Q8_0 and Q4_1, or a mix of them, is refused with the way out."""
+def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict]:
+    """The Linears that stay in their blocks (GGUF name -> our module) and the config fields that say so:
+    quantize (one format for every layer's Linears, or "mixed" with quantize_layers giving each its own, as a
+    llama.cpp "Q4_K_M" file mixes Q5_0, Q4_K, Q6_K and Q8_0) and quantize_head for the LM head. Float matrices
+    stay float; a block type tformer does not keep is refused with the way out."""
     layers: dict[str, str] = {}
+    formats: dict[int, dict[str, str]] = {}
     for name in f.tensors:
         index, _, rest = name.removeprefix("blk.").partition(".")
-        if name.startswith("blk.") and index.isdigit() and rest.removesuffix(".weight") in _OUR_LINEAR:
+        role = _ROLES.get(rest.removesuffix(".weight")) if rest.endswith(".weight") else None
+        if name.startswith("blk.") and index.isdigit() and role:
             layers[name] = f"decoder.layers.{int(index)}.{_OUR_LINEAR[rest.removesuffix('.weight')]}"
+            formats.setdefault(int(index), {})[role] = _format(f, name, "layers' matrices")
     head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
-    types = {f.tensors[n].ggml_type for n in layers}
-    layer_type, head_type = (next(iter(types)) if len(types) == 1 else None), f.tensors[head].ggml_type
-    for what, t in (("layers' matrices", layer_type), ("LM head", head_type)):
-        if t is None:
-            raise TformerError(f"GGUF file {f.path} mixes block types in its layers ({', '.join(sorted(types))}); "
-                               "tformer keeps one type across the layers: load it with --gguf-weights dequantize")
-        if t not in KEPT + _FLOAT_TYPES:
-            raise TformerError(f"GGUF file {f.path} holds its {what} as {t}; tformer keeps {', '.join(KEPT)} blocks: "
-                               "load it with --gguf-weights dequantize")
-    kept = {n: m for n, m in layers.items() if layer_type in KEPT}
-    if head_type in KEPT:
+    head_format = _format(f, head, "LM head")
+    kept = {n: m for n, m in layers.items() if f.tensors[n].ggml_type in KEPT}
+    if head_format != "none":
         kept[head] = "lm_head"
-    fields = {"quantize": layer_type.lower() if layer_type in KEPT else "none",
-              "quantize_head": head_type.lower() if head_type in KEPT else "none"}
+    used = {fmt for per_layer in formats.values() for fmt in per_layer.values()}
+    fields = {"quantize": next(iter(used)) if len(used) == 1 else "mixed", "quantize_head": head_format}
+    if fields["quantize"] == "mixed":
+        fields["quantize_layers"] = [layer_entry(formats.get(i, {})) for i in range(max(formats) + 1)]
     return kept, fields
+
+
+def _format(f: GGUFFile, name: str, what: str) -> str:
+    """A matrix's format in config.quantize's words ("none" for a float one), or the refusal."""
+    t = f.tensors[name].ggml_type
+    if t in _FLOAT_TYPES:
+        return "none"
+    if t not in KEPT:
+        raise TformerError(f"GGUF file {f.path} holds its {what} as {t} ({name}); tformer keeps {', '.join(KEPT)} "
+                           "blocks: load it with --gguf-weights dequantize")
+    return t.lower()
 
 
 def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> None:
@@ -152,8 +165,8 @@ def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> N
 
 def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False, weights: str = "auto"):
     """Our model from a GGUF file or a packaged model's name; with ``tokenizer=True``, (model, the file's
-    tokenizer). ``weights``: "keep" runs Q8_0 and Q4_1 matrices in their blocks (other matrices, the
-    embedding and the norms in fp32) and refuses other block types; "dequantize" widens every tensor to fp32 (or
+    tokenizer). ``weights``: "keep" runs Q8_0, Q4_1, Q5_0, Q4_K and Q6_K matrices in their blocks (other matrices,
+    the embedding and the norms in fp32) and refuses other block types; "dequantize" widens every tensor to fp32 (or
     ``dtype``); "auto" keeps what "keep" would and widens a file "keep" refuses, saying so on stderr."""
     if weights not in WEIGHTS:
         raise TformerError(f"--gguf-weights {weights} is not a choice; choose one of: {', '.join(WEIGHTS)}")

@@ -38,6 +38,7 @@ from tformer.core.errors import TformerError
 from tformer.machine.path_choices import MAX_FACTOR, PLAIN, PathTable, load_paths, record_paths
 from tformer.model import linear_tuning
 from tformer.model.block_quantized import LAYOUTS as BLOCK_LAYOUTS
+from tformer.model.kquant_linear import LAYOUTS as KQUANT_LAYOUTS
 from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear
 from tformer.model.split_linear import split_rows_linear
 
@@ -121,8 +122,9 @@ def quantized_linear(spec) -> QuantizedLinear:
         return Int8Linear(spec.d_in, spec.d_out, bias=spec.bias)
     if spec.layout == "int4":
         return Int4Linear(spec.d_in, spec.d_out, bias=spec.bias, group=spec.group)
-    if spec.layout in BLOCK_LAYOUTS:
-        return BLOCK_LAYOUTS[spec.layout](spec.d_in, spec.d_out, bias=spec.bias)
+    blocks = {**BLOCK_LAYOUTS, **KQUANT_LAYOUTS}
+    if spec.layout in blocks:
+        return blocks[spec.layout](spec.d_in, spec.d_out, bias=spec.bias)
     raise TformerError(f"{spec.path}: weights in layout {spec.layout!r} are not supported; quantize to int8, int4, "
                        f"{' or '.join(BLOCK_LAYOUTS)}")
 

@@ -40,6 +40,9 @@ PATHS = ("auto", "kernel", "reference")
 # many) and thread count, timed once per process (choose_paths runs it before decoding).
 ROW_BUCKETS = (1, 8, 64, 1 << 62)
 CHOICE_REPS = 3
+# The most rows a choice is timed at: both paths scale with the rows beyond it (a 512-token prefill through a
+# 262,144-token head is 86 GFLOP a product), so the bucket's choice is read at 128 rows, not paid for at 512.
+TIMING_ROWS = 128
 _CHOICES: dict[tuple, bool] = {}
 
 
@@ -93,8 +96,8 @@ class QuantizedLinear(nn.Module):
     def uses_kernel(self, x: torch.Tensor) -> bool:
         """The path for this product: a forced one, else what ``choose`` decided for its bucket of rows (none
         decided: the reference). Nothing is timed or looked up here."""
-        if self.path != "auto":
-            return self.path == "kernel"
+        if self.path != "auto":  # forced; a format no kernel takes (Q6_K) runs the reference either way
+            return self.path == "kernel" and _KERNELS.get(self.kernel_bits, False)
         rows = x.numel() // self.in_features
         return self._chosen.get(next(b for b in ROW_BUCKETS if rows <= b), False)
 
@@ -105,11 +108,12 @@ class QuantizedLinear(nn.Module):
         now, so a graph compiled next reads both as constants. Run by tformer.model.path_choice.choose_paths."""
         bucket = next(b for b in ROW_BUCKETS if rows <= b)
         kernel = False
-        if _KERNELS[self.kernel_bits] and self.weight.device.type == "cpu":
+        if _KERNELS.get(self.kernel_bits, False) and next(self.buffers(recurse=False)).device.type == "cpu":
             key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features, bucket,
                    torch.get_num_threads())
             if key not in _CHOICES:  # every generate call runs the pass: only the first of a shape times it
-                _CHOICES[key] = self._kernel_measured_faster(torch.randn(rows, self.in_features, dtype=dtype))
+                timed = min(rows, TIMING_ROWS)
+                _CHOICES[key] = self._kernel_measured_faster(torch.randn(timed, self.in_features, dtype=dtype))
             kernel = _CHOICES[key]
         if kernel:
             self._kernel_operands()

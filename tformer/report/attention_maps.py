@@ -15,6 +15,7 @@ import torch
 
 from tformer.core.atomic import atomic_path, make_dir
 from tformer.core.errors import TformerError
+from tformer.generate.search import prompt_ids
 
 # Characters a tick label cannot show as themselves; visible stand-ins keep "a b" from reading "ab".
 _VISIBLE = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -45,9 +46,9 @@ def attention_maps(model, tokenizer, sentence: str, layer: int | None = None, ma
     an encoder-decoder). ``layer``: 0-based, negative counts from the end; None = every layer."""
     if max_heads < 1:
         raise TformerError(f"max_heads must be at least 1, got {max_heads}")
-    ids = tokenizer.encode(sentence)
-    if not ids:
+    if not tokenizer.encode(sentence):
         raise TformerError("the sentence encodes to no tokens; give a non-empty sentence")
+    ids = prompt_ids(tokenizer, sentence)  # BOS first where the model was trained with it (Gemma): its attention sink
     limit = getattr(getattr(model, "config", None), "max_positions", None)
     if limit and len(ids) > limit:
         raise TformerError(f"the sentence is {len(ids)} tokens but the model takes at most {limit}; shorten it")

@@ -45,7 +45,8 @@ class ReportOptions:
     threads: int | None = None  # CPU threads for every measurement (default: PyTorch's setting)
     distributed: bool = True  # measure a 2-process run (DDP, FSDP2) for "Beyond one device"
     long_context: bool = True  # time the attention kinds against n for "Attention at long context"
-    real_model: bool = True  # SmolLM2-135M-Instruct from its GGUF file for "A real model"
+    # "A real model": a packaged GGUF model (section_real_model.MODELS: smollm2-135m-instruct, gemma3-270m); "" skips
+    real_model: str = "smollm2-135m-instruct"
 
     @property
     def train_budget(self) -> float:

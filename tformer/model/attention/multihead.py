@@ -63,7 +63,9 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x, mask: AttentionMask, memory=None, rope=None, cache=None, need_weights: bool = False):
         """x: (B, T, d_model) -> ((B, T, d_model), weights (B, H, T, Tk) or None). mask: an AttentionMask, or
         with a preallocated cache (tformer.model.slot_cache) the additive bias (B, 1|H, T, L) it built."""
-        if need_weights and not self.exact:
+        if need_weights and not self.exact and hasattr(self.attend, "dense_mask"):
+            mask = self.attend.dense_mask(mask)  # a sliding window: the same attention, its band as a dense mask
+        elif need_weights and not self.exact:
             # The weights come from the reference kind, which would also compute the output: dense attention
             # where this layer runs another formula. Refuse rather than return another model's output.
             raise TformerError(f"attention weights come only from exact kinds; this layer runs '{self.kind}', "

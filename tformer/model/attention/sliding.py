@@ -121,6 +121,18 @@ class SlidingAttention(AttentionKind):
     def forward(self, q, k, v, mask, scale: float, dropout_p: float = 0.0):
         return sliding_attention(q, k, v, mask, scale, dropout_p, window=self.window, dilation=self.dilation)
 
+    def dense_mask(self, mask: AttentionMask) -> AttentionMask:
+        """``mask`` with the window laid over it as a (1, 1, Tq, Tk) bias (-inf outside): the reference kind under
+        it computes this layer's attention with its weights written out (the attention maps)."""
+        q_pos = mask.q_start + torch.arange(mask.tq, device=mask.device)
+        k_pos = mask.k_start + torch.arange(mask.tk, device=mask.device)
+        inside = in_window(q_pos[:, None] - k_pos[None, :], self.window, self.dilation, mask.causal)
+        band = torch.zeros(inside.shape, dtype=mask.dtype, device=mask.device).masked_fill(~inside, float("-inf"))
+        bias = band[None, None] if mask.position_bias is None else mask.position_bias + band
+        return AttentionMask(mask.tq, mask.tk, causal=mask.causal, keep=mask.keep, position_bias=bias,
+                             q_start=mask.q_start, k_start=mask.k_start, dtype=mask.dtype, device=mask.device,
+                             prefix=mask.prefix)
+
     def extra_repr(self) -> str:
         return f"window={self.window}, dilation={self.dilation}"
 
