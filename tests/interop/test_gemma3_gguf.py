@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tformer.cost.ledger import Workload, ledger
 from tformer.interop.gguf_config import config_from_gguf
 from tformer.interop.gguf_file import open_gguf
 from tformer.interop.gguf_model import load_gguf
@@ -51,7 +52,8 @@ def test_the_weights_are_the_files_with_the_norms_undone(gemma3, gemma3_path):
 
 def test_its_block_mix_is_kept_matrix_by_matrix_and_widens_to_the_dequantized_model(gemma3_path, gemma3):
     """The Q4_K_M mix kept (quantize='mixed'): every layer Linear in its tensor's own format holding the file's
-    bytes, the head the Q8_0 token table; on the widening path the logits are the dequantized model's exactly."""
+    bytes, the head the Q8_0 token table (and the lookup's); on the widening path the logits are the dequantized
+    model's exactly."""
     from tformer.model.quantized import QuantizedLinear, quantized_path
 
     kept = load_gguf(gemma3_path, weights="keep")
@@ -67,6 +69,11 @@ def test_its_block_mix_is_kept_matrix_by_matrix_and_widens_to_the_dequantized_mo
                 if module.layout != "q8_0":
                     assert module.blocks.numpy().tobytes() == f.raw(name).tobytes(), name
     assert kept.num_parameters() == 268_098_176
+    # the Q8_0 token table is the head's and the lookup's: the model holds about the file's bytes (253 MB), not
+    # the 671 MB fp32 table beside them, and the ledger says so to the byte
+    stored = sum(t.numel() * t.element_size() for t in kept.state_dict().values())
+    assert kept.tok_embed is None and stored < 253_113_024
+    assert stored == ledger(c, Workload(phase="decode", batch=1, seq=9, context=8)).memory["weights"]
     ids = torch.tensor([gemma3[1].encode("The capital of France is")])
     with torch.no_grad(), quantized_path(kept, "reference"):
         assert torch.equal(kept(ids).logits, gemma3[0](ids).logits)

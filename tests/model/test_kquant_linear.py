@@ -138,3 +138,24 @@ def test_a_width_the_k_quant_blocks_do_not_divide_is_refused():
     with pytest.raises(TformerError, match="q4_k keeps rows in blocks of 256"):
         describe(ModelConfig(arch="decoder", n_layers=1, d_model=128, n_heads=2, d_ff=256, vocab_size=50,
                              quantize="q4_k"))
+
+
+@pytest.mark.parametrize("head", ["q8_0", "q4_1", "q5_0", "q4_k", "q6_k"])
+def test_a_tied_head_in_blocks_is_the_token_table_too(head):
+    """One copy in blocks serves the head's product and the lookup (llama.cpp's token_embd): the model holds no
+    float table, each id's embedding is its row of the head widened, and the ledger's weight bytes are the state
+    dict's."""
+    from tformer.cost.ledger import Workload, ledger
+
+    c = ModelConfig(arch="decoder", n_layers=1, d_model=256, n_heads=2, d_ff=512, vocab_size=96, norm="rmsnorm",
+                    position="rope", tied_embeddings=True, scale_embeddings=True, quantize="q8_0",
+                    quantize_head=head)
+    model = build(c).eval()
+    assert model.tok_embed is None and not any(k.startswith("tok_embed") for k in model.state_dict())
+    ids = torch.tensor([[5, 0, 95, 5]])
+    with torch.no_grad():
+        want = model.lm_head.dequantized()[ids] * 16.0  # scale_embeddings: sqrt(256)
+        assert torch.equal(model.embed(ids), want)
+    stored = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    assert ledger(c, Workload(phase="decode", batch=1, seq=9, context=8)).memory["weights"] == stored
+    assert model.num_parameters() == build(c.replace(quantize="none", quantize_head=None)).num_parameters()

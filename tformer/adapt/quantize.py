@@ -19,7 +19,7 @@ from tformer.core.errors import TformerError
 from tformer.model import build
 from tformer.model.quantized import QuantizedLinear
 
-TARGETS = tuple(q for q in QUANTIZATIONS if q != "none")
+TARGETS = tuple(q for q in QUANTIZATIONS if q not in ("none", "mixed"))  # mixed: read from GGUF files
 
 
 def quantize_model(model, to: str, group: int | None = None):
@@ -48,6 +48,8 @@ def quantize_model(model, to: str, group: int | None = None):
                     module.bias.copy_(source.bias)
                     quantized.add(f"{name}.bias")
         rest = {k: v for k, v in model.state_dict().items() if k not in quantized}
+        if getattr(new, "tok_embed", "absent") is None:  # the token table is now read from the head's blocks
+            rest.pop("tok_embed.weight", None)
         missing, unexpected = new.load_state_dict(rest, strict=False)
     missing = [k for k in missing if k not in quantized]
     if missing or unexpected:

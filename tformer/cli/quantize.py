@@ -6,8 +6,10 @@
     tformer generate --ckpt runs/shakespeare-int8 --prompt "ROMEO:"
 
 Every Linear of the layers and the LM head becomes int8 (one scale per output row) or int4 (a scale and zero
-per --group inputs), or GGUF's blocks of 32 weights with fp16 scales (q8_0: int8 and a scale; q4_1: 4-bit, a
-scale and a minimum: what llama.cpp's files hold); the embeddings and norms stay float (tformer.adapt.quantize). The folder holds config.json
+per --group inputs), or GGUF's blocks, what llama.cpp's files hold (q8_0: 32 int8 weights and an fp16 scale; q4_1:
+4-bit with a scale and a minimum; q5_0: 5-bit; q4_k and q6_k: llama.cpp's K-quants, written in one pass without its
+search for the best scales). A tied LM head in a block format is the token table too: the lookup reads its rows (as
+llama.cpp reads token_embd). Other embeddings and the norms stay float (tformer.adapt.quantize). The folder holds config.json
 (quantize, quant_group) + model.safetensors (no pickle), and the run's tokenizer, copied. Weight-only
 quantization is for inference: training refuses a quantized config.
 """
@@ -24,8 +26,9 @@ from tformer.core.config import QUANT_GROUPS
 from tformer.core.errors import TformerError
 
 NAME = "quantize"
-HELP = "Quantize a checkpoint's weights to int8, int4, q8_0 or q4_1 (weight-only, for inference) into a new checkpoint."
-TARGETS = ("int8", "int4", "q8_0", "q4_1")  # tformer.adapt.quantize.TARGETS, repeated so --help loads no torch
+HELP = ("Quantize a checkpoint's weights to int8, int4 or a GGUF block format (q8_0, q4_1, q5_0, q4_k, q6_k; "
+        "weight-only, for inference) into a new checkpoint.")
+TARGETS = ("int8", "int4", "q8_0", "q4_1", "q5_0", "q4_k", "q6_k")  # tformer.adapt.quantize.TARGETS, repeated so --help loads no torch
 
 
 def add_arguments(parser) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tformer.core.architectures import arch_record
-from tformer.core.quant_formats import BLOCK_GROUPS, LAYER_ROLES, QUANT_BITS, QUANT_GROUPS, layer_formats
+from tformer.core.quant_formats import BLOCK_GROUPS, KEPT_BLOCKS, LAYER_ROLES, QUANT_BITS, QUANT_GROUPS, layer_formats
 from tformer.core.errors import TformerError
 from tformer.cost.description import (
     MLP,
@@ -101,7 +101,8 @@ def describe_clip(c) -> Architecture:
 
 def _quantized(c, arch: Architecture) -> Architecture:
     """config.quantize: every Linear of the stacks' layers weight-only quantized, and the LM head as
-    config.quantize_head says (a tied head gets its own weight); embeddings, norms and other heads stay float.
+    config.quantize_head says (a tied head gets its own weight, except in a GGUF block format, whose blocks the token
+    lookup reads too); embeddings, norms and other heads stay float.
     Recurrent models are refused by the config."""
 
     def quantizer(layout: str):
@@ -130,6 +131,14 @@ def _quantized(c, arch: Architecture) -> Architecture:
         return replace(ly, attention=att, mlp=mlp)
     stacks = tuple(replace(st, layers=tuple(layer(ly, i) for i, ly in enumerate(st.layers))) for st in arch.stacks)
     head = arch.lm_head and replace(arch.lm_head, linear=quantizer(c.quantize_head)(arch.lm_head.linear))
+    if head and arch.lm_head.linear.tied and c.quantize_head in KEPT_BLOCKS:
+        # One copy in blocks serves both: the head's product and the token lookup (a row of blocks widened per
+        # token), as llama.cpp reads a tied token_embd; the table holds no weight of its own.
+        head = replace(head, linear=replace(head.linear, tied=True))
+        table = replace(arch.tok_embed, layout=c.quantize_head)
+        stacks = tuple(replace(st, tables=tuple(table if t.path == table.path else t for t in st.tables))
+                       for st in stacks)
+        return replace(arch, stacks=stacks, lm_head=head, tok_embed=table)
     return replace(arch, stacks=stacks, lm_head=head)
 
 

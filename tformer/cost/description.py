@@ -56,14 +56,17 @@ class Norm:
 
 @dataclass(frozen=True)
 class Table:
-    """A lookup table of ``shape`` (rows, width). ``trained``: a parameter; else a fixed buffer."""
+    """A lookup table of ``shape`` (rows, width). ``trained``: a parameter; else a fixed buffer. ``layout``: the
+    token table of a tied LM head kept in a GGUF block format (tformer.cost.quantized): no weight of its own, its
+    rows are read from the head's blocks, as llama.cpp reads token_embd."""
 
     path: str
     shape: tuple[int, int]
     trained: bool = True
+    layout: str = ""
 
     def parameters(self) -> dict[str, tuple[int, ...]]:
-        return {f"{self.path}.weight": self.shape} if self.trained else {}
+        return {f"{self.path}.weight": self.shape} if self.trained and not self.layout else {}
 
 
 @dataclass(frozen=True)

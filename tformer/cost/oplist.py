@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from tformer.core.quant_formats import BLOCK_GROUPS
 from tformer.cost import ops as O
 from tformer.cost.architecture import (
     MLP,
@@ -191,11 +192,15 @@ class OpListBuilder:
         V, d = tok.shape
         own = 0 if tok.path in self.owned else V * d
         self.owned.add(tok.path)
+        row = d * wb  # a float row, or one row of the LM head's blocks (a table read from a quantized tied head)
+        if tok.layout:
+            row = linear_weight_bytes(Linear(tok.path, "embedding", d, 1, False, layout=tok.layout,
+                                             group=BLOCK_GROUPS[tok.layout]), wb)
         self.add(Op(name=tok.path, kind="embedding", layer=None, phase="forward", stack=st.name,
-                    shapes=f"[{rows}] ids -> [{rows}, {d}] from [{V}, {d}]",
+                    shapes=f"[{rows}] ids -> [{rows}, {d}] from [{V}, {d}]" + (f" {tok.layout}" if tok.layout else ""),
                     other_flops=rows * d if c.scale_embeddings else 0,
-                    bytes_read=rows * INDEX_BYTES + rows * d * wb, bytes_written=rows * d * a,
-                    params=own, embedding_params=own, weight_bytes=rows * d * wb))
+                    bytes_read=rows * INDEX_BYTES + rows * row, bytes_written=rows * d * a,
+                    params=own, embedding_params=own, weight_bytes=rows * row))
         for table in added:  # looked up and added to the running sum
             n = table.shape[0] * d
             self.add(Op(name=table.path, kind="embedding", layer=None, phase="forward", stack=st.name,

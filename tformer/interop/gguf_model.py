@@ -80,7 +80,7 @@ def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None
     sd = {}
     for name, info in f.tensors.items():
         hf = _hf_name(f, name, n_layers, family)
-        if kept and name in kept and name != "token_embd.weight":
+        if kept and name in kept:  # token_embd kept is the tied head's, whose blocks the lookup reads too
             sd[hf] = torch.empty(info.shape, device="meta")
             continue
         w = dequantize(f.raw(name), info.ggml_type, info.shape)

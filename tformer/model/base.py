@@ -45,23 +45,29 @@ class ModelOutput:
 class TransformerModel(nn.Module):
     """Base class: holds the config and the token embedding table every architecture starts with."""
 
-    def __init__(self, config, tokens: bool = True):
-        """tokens: the model reads token ids (every architecture but the ViT, which reads pixels)."""
+    def __init__(self, config, tokens: bool = True, table=None):
+        """tokens: the model reads token ids (every architecture but the ViT, which reads pixels). ``table``: the
+        description's token table; one with a layout is read from the quantized LM head's blocks (no weight)."""
         super().__init__()
         self.config = config
         if tokens:
-            self.tok_embed = nn.Embedding(config.vocab_size, config.d_model)
+            from_head = table is not None and table.layout
+            self.tok_embed = None if from_head else nn.Embedding(config.vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         # Ids are not range-checked here: a check needs their values on the host, a device-to-host sync on
         # every decode step on a GPU. The entry points check once instead (generate, the batcher, the server's
         # requests, training's token streams); a direct call with a bad id gets PyTorch's own IndexError.
-        h = self.tok_embed(input_ids)
+        if self.tok_embed is None:  # the token table is the quantized head's: each id's row of blocks, widened
+            h = self.lm_head.rows(input_ids)  # (..., d_model) fp32
+        else:
+            h = self.tok_embed(input_ids)
         return h * self.embed_scale if self.embed_scale != 1.0 else h
 
     def tie_weights(self) -> None:
-        if getattr(self, "tied", self.config.tied_embeddings) and getattr(self, "lm_head", None) is not None:
+        if getattr(self, "tied", self.config.tied_embeddings) and getattr(self, "lm_head", None) is not None \
+                and getattr(self, "tok_embed", None) is not None:
             self.lm_head.weight = self.tok_embed.weight
 
     def add_lm_head(self, arch) -> None:
@@ -77,7 +83,9 @@ class TransformerModel(nn.Module):
         and the weights quantized Linears pack into buffers (a tied head quantized apart still counts as the
         embedding's)."""
         n = sum(p.numel() for p in self.parameters())
-        tied = getattr(getattr(self, "config", None), "tied_embeddings", False)
+        # a tied head quantized apart is the embedding's weight again; one whose blocks the lookup reads is the only copy
+        tied = getattr(getattr(self, "config", None), "tied_embeddings", False) \
+            and getattr(self, "tok_embed", None) is not None
         for name, m in self.named_modules():
             if isinstance(m, QuantizedLinear) and not (tied and name == "lm_head"):
                 n += m.in_features * m.out_features

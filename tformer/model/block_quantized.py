@@ -95,6 +95,13 @@ class Q8_0Linear(BlockQuantizedLinear):
         n, k = self.out_features, self.in_features
         return (self.weight.view(n, k // BLOCK, BLOCK).float() * self.scale.float()[..., None]).view(n, k)
 
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` (any shape) of W, widened as dequantized() widens them: (*ids.shape, in) fp32. The token
+        lookup of a model whose tied head is this Linear."""
+        k = self.in_features
+        q = self.weight[ids].float().view(*ids.shape, k // BLOCK, BLOCK)
+        return (q * self.scale[ids].float()[..., None]).view(*ids.shape, k)
+
     def _planes(self):
         q = self.weight
         high, low = (q >> 4) + INT4_MID, q & 0x0F  # q = 16 (high - 8) + low; high and low 0..15
@@ -138,6 +145,13 @@ class Q4_1Linear(BlockQuantizedLinear):
         n, k = self.out_features, self.in_features
         q = self.values().float().view(n, k // BLOCK, BLOCK)
         return (q * self.scale.float()[..., None] + self.min.float()[..., None]).view(n, k)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` (any shape) of W, widened as dequantized() widens them: (*ids.shape, in) fp32."""
+        k = self.in_features
+        q = nibble_pairs(self.weight[ids].reshape(-1, k // 2), ids.numel(), k).float()
+        q = q.view(*ids.shape, k // BLOCK, BLOCK)
+        return (q * self.scale[ids].float()[..., None] + self.min[ids].float()[..., None]).view(*ids.shape, k)
 
     def _planes(self):
         d = self.scale.float()

@@ -18,8 +18,8 @@ from tformer.model.task_heads import task_outputs
 
 class DecoderLM(TransformerModel):
     def __init__(self, config):
-        super().__init__(config)
         arch = describe(config)
+        super().__init__(config, table=arch.tok_embed)
         self.decoder = Stack(config, arch.stack("decoder"))
         if arch.task:  # a task head (tformer.model.task_heads) in place of the LM head; no dropout before it (HF)
             self.head_dropout = torch.nn.Identity()

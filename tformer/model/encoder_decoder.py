@@ -19,8 +19,8 @@ from tformer.model.cache import KVCache
 
 class EncoderDecoderModel(TransformerModel):
     def __init__(self, config):
-        super().__init__(config)
         arch = describe(config)
+        super().__init__(config, table=arch.tok_embed)
         self.encoder = Stack(config, arch.stack("encoder"))
         self.decoder = Stack(config, arch.stack("decoder"))
         self.add_lm_head(arch)

@@ -62,6 +62,11 @@ class GGMLBlocksLinear(Int4KernelLinear):
     def dequantized(self) -> torch.Tensor:
         return decode(self._rows_of_blocks(), self.ggml_type).view(self.out_features, self.in_features)
 
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` (any shape) of W, decoded as dequantized() decodes them: (*ids.shape, in) fp32."""
+        blocks = self.blocks[ids].reshape(-1, self.block_bytes)
+        return decode(blocks, self.ggml_type).view(*ids.shape, self.in_features)
+
     def extra_repr(self) -> str:
         return super().extra_repr() + f", layout={self.layout}"
 
