@@ -13,7 +13,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.cost.quantized import architecture_buffers
 from tformer.model import build
-from tformer.model.kquant_linear import LAYOUTS, Q6_KLinear
+from tformer.model.kquant_linear import LAYOUTS
 from tformer.model.quantized import INT4_MID, kernels, quantized_path
 
 gguf = pytest.importorskip("gguf")
@@ -59,10 +59,11 @@ def test_k_quants_are_written_so_gguf_py_reads_back_the_weight(layout, error):
 
 
 @pytest.mark.skipif(not kernels()[4], reason="this PyTorch has no int4 CPU kernel")
-@pytest.mark.parametrize("layout", ["q5_0", "q4_k"])
-def test_kernel_planes_widen_to_the_same_weight(layout):
-    """The kernel's form, (v - 8) * scale + zero per group of 32 (Q5_0's two planes summed), equals the decoded
-    weight in fp64; the kernel itself then agrees within its bf16 rounding of input and scales."""
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_kernel_planes_compute_the_same_weight(layout):
+    """The kernel's form, (v - 8) * scale + zero per group of 32 over the input as _kernel_input lays it out (Q5_0:
+    twice; Q6_K: four times, each sub-block's half zeroed where the other's scale applies), is the decoded weight,
+    in fp64; the kernel itself then agrees within its bf16 rounding of input and scales."""
     module = LAYOUTS[layout](512, 40)
     module.set_blocks(_random_blocks(module, seed=1))
     values, scale, zero = module._planes()
@@ -70,8 +71,8 @@ def test_kernel_planes_widen_to_the_same_weight(layout):
     n, width = values.shape
     planes = ((values.double().view(n, width // g, g) - INT4_MID) * scale.double()[..., None]
               + zero.double()[..., None]).view(n, width)
-    widened = planes.view(n, -1, 512).sum(dim=1)  # Q5_0: fifth bits and nibbles side by side
-    assert torch.allclose(widened, module.dequantized().double(), rtol=0, atol=1e-9)
+    spread = module._kernel_input(torch.eye(512, dtype=torch.float64))  # (in, width): where each input lands
+    assert torch.allclose(planes @ spread.T, module.dequantized().double(), rtol=0, atol=1e-9)
     x = torch.randn(3, 512)
     with torch.no_grad():
         module.path = "reference"
@@ -79,17 +80,6 @@ def test_kernel_planes_widen_to_the_same_weight(layout):
         module.path = "kernel"
         got = module(x)
     assert (got - ref).abs().max() < 0.02 * ref.abs().max()
-
-
-def test_q6_k_has_no_kernel_and_runs_the_reference_when_one_is_forced():
-    module = Q6_KLinear(256, 16)
-    module.set_blocks(_random_blocks(module))
-    x = torch.randn(2, 256)
-    with torch.no_grad():
-        module.path = "kernel"
-        forced = module(x)
-    assert torch.equal(forced, torch.nn.functional.linear(x, module.dequantized()))
-    assert module.choose(1) is False
 
 
 MIXED = ["q:q5_0,k:q5_0,v:q8_0,o:q4_k,gate:q5_0,up:q5_0,down:q6_k", "q:q4_1,down:q4_k"]

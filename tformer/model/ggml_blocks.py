@@ -116,14 +116,20 @@ def _k_quant(b: torch.Tensor, high_bits: bool, widen: Widen) -> torch.Tensor:
     return (scale * q.float() - offset).view(b.shape[0], 256)
 
 
-def _q6_k(b: torch.Tensor, widen: Widen) -> torch.Tensor:
+def q6_k_parts(b: torch.Tensor, widen: Widen = plain_widen) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q6_K blocks -> q (blocks, 16, 16) uint8 0..63 and each sub-block's scale d*sc (blocks, 16, 1) fp32:
+    value = scale * (q - 32)."""
     n = b.shape[0]
     d = _fp16(b, 208, widen)
     scale = (d * b[:, 192:208].contiguous().view(torch.int8).float()).view(n, 16, 1)
     low = nibbles(b[:, 0:128].reshape(n, 2, 64)).view(n, 8, 32)  # per 128 values: low nibbles, high nibbles
     high = _bits(b[:, 128:192].reshape(n * 2, 32), 2).reshape(n, 8, 32)  # per 128: 2-bit fields 0..3
-    q = ((low | (high * 16)).to(torch.int8) - 32).view(n, 16, 16)
-    return (scale * q.float()).view(n, 256)
+    return (low | (high * 16)).view(n, 16, 16), scale
+
+
+def _q6_k(b: torch.Tensor, widen: Widen) -> torch.Tensor:
+    q, scale = q6_k_parts(b, widen)
+    return (scale * (q.to(torch.int8) - 32).float()).view(b.shape[0], 256)
 
 
 DECODERS: dict[str, Callable[[torch.Tensor, Widen], torch.Tensor]] = {
@@ -138,4 +144,4 @@ def decode(blocks: torch.Tensor, ggml_type: str, widen: Widen = plain_widen) -> 
     return DECODERS[ggml_type](blocks, widen)
 
 
-__all__ = ["DECODERS", "decode", "k_quant_parts", "nibbles", "plain_widen", "q5_parts"]
+__all__ = ["DECODERS", "decode", "k_quant_parts", "nibbles", "plain_widen", "q5_parts", "q6_k_parts"]

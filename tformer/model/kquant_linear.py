@@ -11,7 +11,9 @@ the kernel rewrites them once for torch's int4 CPU kernel, groups of 32:
     Q4_K  each sub-block of 32 is (q - 8) * (d sc) + (8 d sc - dmin mn), q 0..15: int4's own form;
     Q5_0  q = 16 h + l (h 0..1, l 0..15): two 4-bit planes side by side along the input (the input repeated),
           h with scale 16 d and zero 128 d, l with scale d and zero -8 d, whose sum is d (q - 16).
-Q6_K's sub-blocks of 16 are smaller than any group the kernel takes: it runs the reference only.
+    Q6_K  q = 16 h + l (h 0..3) in sub-blocks of 16, smaller than any group the kernel takes: four planes, h
+          and l each under the first and under the second sub-block scale s of a group of 32, over four copies of
+          the input in which the other sub-block's half is zero (h: scale 16 s, zero 128 s; l: scale s, zero -24 s).
 A float weight is quantized in one pass (tformer.model.ggml_encode: Q5_0 as ggml's reference, the K-quants
 without llama.cpp's search for the best scales); files from llama.cpp keep their own blocks.
 """
@@ -22,7 +24,7 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.core.quant_formats import GGML_BLOCKS, QUANT_BITS
-from tformer.model.ggml_blocks import decode, k_quant_parts, q5_parts
+from tformer.model.ggml_blocks import decode, k_quant_parts, q5_parts, q6_k_parts
 from tformer.model.ggml_encode import ENCODERS
 from tformer.model.quantized import INT4_MID, Int4KernelLinear
 
@@ -97,7 +99,27 @@ class Q4_KLinear(GGMLBlocksLinear):
 
 class Q6_KLinear(GGMLBlocksLinear):
     ggml_type, layout, bits = "Q6_K", "q6_k", QUANT_BITS["q6_k"]
-    kernel_bits = 0  # sub-blocks of 16: no kernel takes them; the reference runs
+
+    def _planes(self):
+        n, k = self.out_features, self.in_features
+        q, scale = q6_k_parts(self._rows_of_blocks())
+        q, scale = q.view(n, k), scale.view(n, k // 32, 2)  # each group of 32: its two sub-blocks' scales
+        first, second = scale[..., 0], scale[..., 1]
+        high, low = q >> 4, q & 0x0F
+        # Four planes over the input four times (_kernel_input): the fifth-and-sixth bits, then the nibbles, each
+        # once under the first sub-block's scale and once under the second's; the half of each group a plane's
+        # scale does not belong to meets zeros in its copy of the input.
+        planes = torch.cat((high, high, low, low), dim=1)
+        scales = torch.cat((16 * first, 16 * second, first, second), dim=1)
+        zeros = torch.cat((16 * INT4_MID * first, 16 * INT4_MID * second, (INT4_MID - 32) * first,
+                           (INT4_MID - 32) * second), dim=1)
+        return planes, scales, zeros
+
+    def _kernel_input(self, x: torch.Tensor) -> torch.Tensor:
+        halves = x.view(x.shape[0], -1, 2, 16)  # (rows, groups of 32, sub-block, 16)
+        first = torch.cat((halves[:, :, :1], torch.zeros_like(halves[:, :, 1:])), dim=2).view_as(x)
+        second = x - first
+        return torch.cat((first, second, first, second), dim=1)  # (rows, 4 in)
 
 
 LAYOUTS = {"q5_0": Q5_0Linear, "q4_k": Q4_KLinear, "q6_k": Q6_KLinear}

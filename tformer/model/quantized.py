@@ -96,8 +96,8 @@ class QuantizedLinear(nn.Module):
     def uses_kernel(self, x: torch.Tensor) -> bool:
         """The path for this product: a forced one, else what ``choose`` decided for its bucket of rows (none
         decided: the reference). Nothing is timed or looked up here."""
-        if self.path != "auto":  # forced; a format no kernel takes (Q6_K) runs the reference either way
-            return self.path == "kernel" and _KERNELS.get(self.kernel_bits, False)
+        if self.path != "auto":
+            return self.path == "kernel"
         rows = x.numel() // self.in_features
         return self._chosen.get(next(b for b in ROW_BUCKETS if rows <= b), False)
 
@@ -108,7 +108,7 @@ class QuantizedLinear(nn.Module):
         now, so a graph compiled next reads both as constants. Run by tformer.model.path_choice.choose_paths."""
         bucket = next(b for b in ROW_BUCKETS if rows <= b)
         kernel = False
-        if _KERNELS.get(self.kernel_bits, False) and next(self.buffers(recurse=False)).device.type == "cpu":
+        if _KERNELS[self.kernel_bits] and next(self.buffers(recurse=False)).device.type == "cpu":
             key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features, bucket,
                    torch.get_num_threads())
             if key not in _CHOICES:  # every generate call runs the pass: only the first of a shape times it
