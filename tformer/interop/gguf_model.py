@@ -165,8 +165,9 @@ def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> N
 
 def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False, weights: str = "auto"):
     """Our model from a GGUF file or a packaged model's name; with ``tokenizer=True``, (model, the file's
-    tokenizer). ``weights``: "keep" runs Q8_0, Q4_1, Q5_0, Q4_K and Q6_K matrices in their blocks (other matrices,
-    the embedding and the norms in fp32) and refuses other block types; "dequantize" widens every tensor to fp32 (or
+    tokenizer). ``weights``: "keep" runs Q8_0, Q4_1, Q5_0, Q4_K and Q6_K matrices in their blocks (a tied head's
+    blocks serve the token lookup too; float matrices, an untied embedding and the norms in fp32) and refuses other
+    block types; "dequantize" widens every tensor to fp32 (or
     ``dtype``); "auto" keeps what "keep" would and widens a file "keep" refuses, saying so on stderr."""
     if weights not in WEIGHTS:
         raise TformerError(f"--gguf-weights {weights} is not a choice; choose one of: {', '.join(WEIGHTS)}")
