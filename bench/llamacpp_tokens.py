@@ -32,23 +32,6 @@ from llamacpp import DEFAULT_BIN, tool  # noqa: E402  (bench/llamacpp.py: the bu
 PIECE_CHARS = 200_000  # about what one /tokenize request carries comfortably
 
 
-def pieces(text: str) -> list[str]:
-    """The text cut after a run of line breaks, every piece at most about PIECE_CHARS."""
-    out, start, i = [], 0, 0
-    while i < len(text):
-        if text[i] == "\n":
-            while i < len(text) and text[i] == "\n":
-                i += 1
-            if i - start >= PIECE_CHARS or i == len(text):
-                out.append(text[start:i])
-                start = i
-            continue
-        i += 1
-    if start < len(text):
-        out.append(text[start:])
-    return out
-
-
 def lines(text: str) -> list[str]:
     """Cut after each run of line breaks (to localise a difference)."""
     out, start, i = [], 0, 0
@@ -61,6 +44,17 @@ def lines(text: str) -> list[str]:
             continue
         i += 1
     return out + ([text[start:]] if start < len(text) else [])
+
+
+def pieces(text: str) -> list[str]:
+    """Whole lines joined into pieces of about PIECE_CHARS."""
+    out, current = [], ""
+    for line in lines(text):
+        current += line
+        if len(current) >= PIECE_CHARS:
+            out.append(current)
+            current = ""
+    return out + ([current] if current else [])
 
 
 def free_port() -> int:
