@@ -48,7 +48,7 @@ def quantize_model(model, to: str, group: int | None = None):
                     module.bias.copy_(source.bias)
                     quantized.add(f"{name}.bias")
         rest = {k: v for k, v in model.state_dict().items() if k not in quantized}
-        if getattr(new, "tok_embed", "absent") is None:  # the token table is now read from the head's blocks
+        if getattr(new, "tok_embed", None) is None:  # the token table is now read from the head's blocks (or none)
             rest.pop("tok_embed.weight", None)
         missing, unexpected = new.load_state_dict(rest, strict=False)
     missing = [k for k in missing if k not in quantized]

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tformer.core.quant_formats import GGML_BLOCKS
+from tformer.core.quant_formats import GGML_BLOCKS, RAW_BLOCKS
 from tformer.cost.description import Linear
-
-RAW_BLOCKS = ("q5_0", "q4_k", "q6_k")  # formats kept as the file's block bytes
 
 
 def quantized_buffers(spec: Linear) -> dict[str, tuple[tuple[int, ...], str, int]]:

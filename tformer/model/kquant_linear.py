@@ -122,6 +122,6 @@ class Q6_KLinear(GGMLBlocksLinear):
         return torch.cat((first, second, first, second), dim=1)  # (rows, 4 in)
 
 
-LAYOUTS = {"q5_0": Q5_0Linear, "q4_k": Q4_KLinear, "q6_k": Q6_KLinear}
+LAYOUTS = {cls.layout: cls for cls in (Q5_0Linear, Q4_KLinear, Q6_KLinear)}  # core.quant_formats.RAW_BLOCKS
 
 __all__ = ["GGMLBlocksLinear", "LAYOUTS", "Q4_KLinear", "Q5_0Linear", "Q6_KLinear"]
