@@ -188,7 +188,7 @@ def step_times(model, batch, context, steps, repeats):
     best_cached = best_uncached = float("inf")
     kv_bytes = 0
     runner = runner_for(model)
-    choose_paths(model, (batch, batch * context))  # each Linear's path, as generate chooses it
+    choose_paths(model)  # each Linear's path, as generate chooses it
     with torch.no_grad():
         for rep in range(repeats):
             # Cached: prefill context - steps tokens, then time the steps that bring it to context.

@@ -9,7 +9,8 @@ Gemma 3 270M, Q4_K_M), beside the read-bandwidth roofline and the ledger's predi
 What is measured (batch 1, threads = physical cores, the machine otherwise quiet):
   1. llama-bench's protocol: pp512 (tokens/s of a 512-token prompt in one pass) and tg128 (tokens/s of 128
      tokens generated one at a time from an empty context), llama-bench on the file; tformer on the same file,
-     eager and compiled (generate's compiled step), its weights dequantized to fp32 and kept in their blocks.
+     eager and compiled (generate's compiled step), its weights dequantized to fp32, kept in their blocks (widened
+     exactly at each product: fp32's numbers), and kept on torch's bf16 int4 kernel (--bf16-kernel).
      tformer's pp512 is generate's prefill of a 512-token prompt; its tg128 the decode steps of generate(129 new
      tokens) from a one-token prompt (the first token comes from the prefill). Best of --repeats.
   2. tg128's ceiling: the read-only stream rate (a sum over 512 MiB, measured now) over the bytes a decode step
@@ -17,8 +18,8 @@ What is measured (batch 1, threads = physical cores, the machine otherwise quiet
      predicted decode step (its roofline on this machine's saved `tformer bench` profile) against the step
      measured.
   3. Perplexity, llama.cpp's protocol (chunks of 512 tokens, the second half of each scored) on WikiText-2's
-     test raw text: llama-perplexity on the file beside tformer (fp32; kept blocks on the path a 512-token chunk
-     takes here, and forced onto the int4 kernel decoding uses).
+     test raw text: llama-perplexity on the file beside tformer (fp32; kept blocks, widened exactly; and kept on
+     the bf16 int4 kernel).
   4. llama.cpp reading a file tformer wrote: the model exported by `tformer export --format gguf --type f32`
      (dequantized weights, the file's tokenizer and chat template carried), scored by llama-perplexity beside
      tformer's fp32 figure; and, with that f32 file as the base, llama.cpp's own top-1 agreement of its Q4_1 run
@@ -48,13 +49,13 @@ from tformer.interop.gguf_config import resolve_gguf
 from tformer.interop.gguf_model import load_gguf
 from tformer.machine import cpu_info
 from tformer.measure.perplexity import perplexity
-from tformer.model.quantized import QuantizedLinear, quantized_path
+from tformer.model.quantized import QuantizedLinear, use_path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
 
 DEFAULT_BIN = Path.home() / ".cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin"
-MODES = ("fp32 eager", "kept eager", "fp32 compiled", "kept compiled")
+MODES = ("fp32 eager", "kept eager", "bf16-kernel eager", "fp32 compiled", "kept compiled", "bf16-kernel compiled")
 
 
 # llama.cpp ------------------------------------------------------------------------------------------------
@@ -113,9 +114,9 @@ def tformer_speed(model, prompt: list[int], bos: int, compiled: bool, repeats: i
 
 def products_time(model) -> tuple[float, int]:
     """(seconds, weight bytes) of one decode step's weight products alone, at one row: each Linear's bare op
-    (F.linear on the fp32 weight, or the int4 kernel on the packed blocks where choose_paths picked it for one
-    row, as decoding does) called in turn, the whole pass timed (median of 7): the part of a step no glue can
-    remove."""
+    (F.linear on the fp32 weight or the widened blocks, or the int4 kernel on the packed blocks where the model is
+    on its bf16 kernel path, as decoding does) called in turn, the whole pass timed (median of 7): the part of a
+    step no glue can remove."""
     import statistics
 
     import torch.nn.functional as F
@@ -123,7 +124,8 @@ def products_time(model) -> tuple[float, int]:
     calls, nbytes = [], 0
     for m in model.modules():
         if isinstance(m, QuantizedLinear):
-            kernel = m.choose(1)
+            kernel = m.path == "kernel"
+            m.prepare()
             x = torch.randn(1, m.in_features).to(torch.bfloat16)
             calls.append((lambda m=m, x=x: m._kernel(x)) if kernel else
                          (lambda m=m, x=x: F.linear(x.float(), m.dequantized())))
@@ -212,6 +214,8 @@ def main(argv=None) -> int:
     models = {"fp32": load_gguf(path, tokenizer=True, weights="dequantize")}
     try:
         models["kept"] = (load_gguf(path, weights="keep"), None)
+        models["bf16-kernel"] = (load_gguf(path, weights="keep"), None)
+        use_path(models["bf16-kernel"][0], "kernel")
     except TformerError as exc:  # a block type tformer does not keep (Q4_0, Q5_K): fp32 rows only
         record["kept"] = f"not measured: {exc}"
         print(f"kept blocks: {exc}")
@@ -275,13 +279,12 @@ def main(argv=None) -> int:
         chunks = args.ppl_chunks or None
         if "ppl" not in skip:
             ppl = {"llama.cpp": llama_perplexity(args.llama_cpp, path, text_file, args.ppl_chunks, threads)}
-            for fmt, path_ in (("fp32", "auto"), ("kept", "auto"), ("kept", "kernel")):
+            for fmt in ("fp32", "kept", "bf16-kernel"):
                 if fmt not in models:
                     continue
-                label = f"tformer {fmt}" + (" (int4 kernel)" if path_ == "kernel" else "")
+                label = f"tformer {fmt}"
                 print(f"{label} perplexity ...")
-                with quantized_path(models[fmt][0], path_):
-                    r = perplexity(models[fmt][0], ids, ctx=512, bos_id=chunk_bos, max_chunks=chunks)
+                r = perplexity(models[fmt][0], ids, ctx=512, bos_id=chunk_bos, max_chunks=chunks)
                 ppl[label] = {"perplexity": r.perplexity, "chunks": r.chunks, "text_tokens": r.text_tokens}
             record["perplexity"] = ppl
             base = ppl["llama.cpp"]["perplexity"]

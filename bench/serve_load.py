@@ -401,8 +401,10 @@ def main(argv=None) -> int:
     p.add_argument("--llama-server", default=str(LLAMA_SERVER), help="llama.cpp's server binary (with --gguf)")
     p.add_argument("--slot-positions", type=int, default=256, help="KV positions per slot, both servers (with --gguf)")
     p.add_argument("--compile", action="store_true", help="tformer serve --compile (one compiled decode step)")
-    p.add_argument("--gguf-weights", choices=("keep", "dequantize"), default="keep",
-                   help="how tformer holds the file's weights (with --gguf): its 4/8-bit blocks, or fp32")
+    p.add_argument("--gguf-weights", choices=("keep", "dequantize"), default="dequantize",
+                   help="how tformer holds the file's weights (with --gguf): fp32 (the default), or its blocks")
+    p.add_argument("--bf16-kernel", action="store_true",
+                   help="tformer serve --bf16-kernel: kept blocks on torch's bf16 int4 kernel (with --gguf-weights keep)")
     p.add_argument("--levels", default=None, help="client counts (default 1,8,32,128; --quick: 1,4)")
     p.add_argument("--requests", type=int, default=None, help="requests per level (default max(2 x clients, 16))")
     p.add_argument("--max-tokens", type=int, default=None, help="new tokens per request (default 32; --quick 8)")
@@ -426,6 +428,7 @@ def main(argv=None) -> int:
         def ours(max_batch):
             extra = ["--slot-positions", str(args.slot_positions), "--gguf-weights", args.gguf_weights] if args.gguf else []
             extra += ["--compile"] if args.compile else []
+            extra += ["--bf16-kernel"] if args.bf16_kernel else []
             return Server([*model_args, *extra], max_batch, queue, timeout, tmp)
 
         if args.gguf:
@@ -435,7 +438,8 @@ def main(argv=None) -> int:
             print(f"model: {args.gguf}; chat prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens, "
                   f"{args.max_tokens} new tokens each (end token ignored), greedy, streamed")
             results = {"tformer": run_mode(f"tformer serve --max-batch {args.max_batch} --gguf-weights {args.gguf_weights}"
-                                           + (" --compile" if args.compile else ""),
+                                           + (" --compile" if args.compile else "")
+                                           + (" --bf16-kernel" if args.bf16_kernel else ""),
                                            ours(args.max_batch), args,
                                            lambda i: prompts[i % len(prompts)]),
                        "llama-server": run_mode(f"llama-server --parallel {args.max_batch}",
@@ -481,7 +485,7 @@ def main(argv=None) -> int:
     print("; ".join(verdicts))
     record = {"model": {k: getattr(config, k) for k in ("arch", "n_layers", "d_model", "vocab_size", "max_positions")},
               "source": "gguf" if args.gguf else "ckpt" if args.ckpt else "hf" if args.hf else "random",
-              "gguf": args.gguf, "gguf_weights": args.gguf_weights if args.gguf else None, "compile": args.compile,
+              "gguf": args.gguf, "gguf_weights": args.gguf_weights if args.gguf else None, "compile": args.compile, "bf16_kernel": args.bf16_kernel,
               "slot_positions": args.slot_positions if args.gguf else None, "prompt_tokens": PROMPT_TOKENS,
               "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": args.levels,
               "results": {mode: {str(c): r for c, r in levels.items()} for mode, levels in results.items()},

@@ -29,9 +29,11 @@ def _run_dir(tmp_path, **overrides):
     return model, run
 
 
-@pytest.mark.parametrize("to,group", [("int8", None), ("int4", 64)])
-def test_quantized_checkpoint_loads_to_the_same_logits(tmp_path, to, group):
-    model, run = _run_dir(tmp_path)
+@pytest.mark.parametrize("to,group,sizes", [("int8", None, {}), ("int4", 64, {}), ("q5_0", None, {}),
+                                            ("q4_k", None, {"d_model": 256, "d_ff": 256})])
+def test_quantized_checkpoint_loads_to_the_same_logits(tmp_path, to, group, sizes):
+    """q5_0 and q4_k keep raw GGUF blocks (a "blocks" tensor where the float Linear had "weight")."""
+    model, run = _run_dir(tmp_path, **sizes)
     out = tmp_path / to
     argv = ["quantize", "--ckpt", run, "--to", to, "--out", out, "--json"] + (["--group", group] if group else [])
     done = run_tformer(argv)
@@ -91,3 +93,23 @@ def test_an_rnn_checkpoint_is_refused(tmp_path, capsys):
 def test_training_a_quantized_model_is_refused(tmp_path, capsys):
     argv = ["train", "--preset", "char-small", "--set", "quantize=int8", "--max-steps", 1, "--out", tmp_path / "t"]
     _fails(capsys, argv, "for inference, not training")
+
+
+def test_bf16_kernel_runs_a_quantized_checkpoint_and_refuses_a_float_one(tmp_path, capsys, monkeypatch):
+    """--bf16-kernel puts a quantized model's Linears on torch's int4 kernel (without it, none runs); a model with
+    nothing quantized is one line, exit 2."""
+    from tformer.model.quantized import kernels
+
+    _, run = _run_dir(tmp_path)
+    out = tmp_path / "q"
+    assert main(["quantize", "--ckpt", str(run), "--to", "q4_1", "--out", str(out)]) == 0
+    calls = []
+    kernel = torch._weight_int4pack_mm_for_cpu
+    monkeypatch.setattr(torch, "_weight_int4pack_mm_for_cpu", lambda *a: calls.append(1) or kernel(*a))
+    argv = ["generate", "--ckpt", str(out), "--prompt", "abcabc", "--greedy", "--max-new-tokens", "6"]
+    assert main(argv) == 0 and not calls
+    if kernels()[4]:
+        assert main([*argv, "--bf16-kernel"]) == 0 and calls
+    capsys.readouterr()
+    _fails(capsys, ["generate", "--ckpt", run, "--prompt", "abc", "--bf16-kernel"],
+           "--bf16-kernel runs quantized matrices, and this model has none")

@@ -105,17 +105,18 @@ def test_refusals_are_one_line():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not kernels()[4], reason="this torch has no int4 CPU kernel")
-def test_a_compiled_step_runs_the_kernel_chosen_before_tracing():
-    """The compiled decode step reads the path and packed operands choose_paths left (nothing can be timed inside a
-    graph), and decodes what the eager model decodes."""
+def test_a_compiled_step_runs_the_kernel_prepared_before_tracing():
+    """The compiled decode step reads the packed operands choose_paths left (nothing can be packed inside a graph),
+    and decodes what the eager model decodes on the same path."""
     from tformer.adapt.quantize import quantize_model
     from tformer.generate import generate
+    from tformer.model.quantized import use_path
 
     torch.manual_seed(0)
     model = quantize_model(build(_config()).eval(), "q4_1")
+    use_path(model, "kernel")
     compiled = generate(model, [[1, 2, 3]], max_new_tokens=12, stop_tokens=[], compile=True).sequences[0]
     blocks = [m for m in model.modules() if isinstance(m, Q4_1Linear)]
-    assert all(1 in m._chosen for m in blocks)  # every choice made for decode's one row before tracing
-    assert all(m._packed is not None for m in blocks if m._chosen[1])
-    eager = generate(model, [[1, 2, 3]], max_new_tokens=12, stop_tokens=[]).sequences[0]  # the same choices
+    assert blocks and all(m._packed is not None for m in blocks)  # packed before tracing
+    eager = generate(model, [[1, 2, 3]], max_new_tokens=12, stop_tokens=[]).sequences[0]
     assert compiled == eager

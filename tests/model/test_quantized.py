@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tformer.adapt.quantize import dynamic_int8, quantize_model
 from tformer.core.config import preset
@@ -14,7 +15,7 @@ from tformer.cost.roofline import roofline
 from tformer.machine.device import Device
 from tformer.model import build
 from tformer.model.path_choice import choose_paths
-from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear, kernels
+from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear, kernels, quantized_path, use_path
 
 SHAPES = [(37, 64), (3, 192), (50, 128), (130, 256)]  # odd output widths; int4 pads rows to 16 for the kernel
 LAYERS = [(Int8Linear, {}), (Int4Linear, {"group": 32}), (Int4Linear, {"group": 64})]
@@ -146,51 +147,44 @@ def test_decode_roofline_time_falls_with_the_weight_bytes():
     assert times["none"] > 3 * times["int8"] > 3 * 1.5 * times["int4"]
 
 
-@pytest.mark.skipif(not kernels()[8], reason="this PyTorch has no int8 CPU kernel")
-@pytest.mark.parametrize("kernel_faster", [True, False])
-def test_auto_takes_the_path_measured_faster_once_per_shape(monkeypatch, kernel_faster):
-    """"auto" takes what choose_paths measured faster: the reference where the kernel measured slower (a CPU without
-    native bf16), the kernel where it measured faster; a second layer of the same shape, a second pass and every
-    forward time nothing; a bucket of rows no pass chose runs the reference."""
+def test_the_path_is_the_reference_until_the_kernel_is_asked_for():
+    """No timing picks a path: the pass only prepares what was asked (the kernel's operands packed, for a graph
+    traced next), and a layer it never visited computes the same; the context manager puts each layer back."""
+    _, layer = _layer(Int8Linear, {}, 37, 64, True)
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        unvisited = layer(x)
+        choose_paths(layer)
+        assert layer.path == "reference" and layer._packed is None
+        assert torch.equal(layer(x), F.linear(x, layer.dequantized(), layer.bias))
+        assert torch.equal(layer(x), unvisited)
+        if kernels()[8]:
+            with quantized_path(layer, "kernel"):
+                choose_paths(layer)
+                assert layer._packed is not None
+                assert not torch.equal(layer(x), unvisited)  # bf16 activations: another arithmetic
+            assert layer.path == "reference" and torch.equal(layer(x), unvisited)
+    with pytest.raises(TformerError, match="quantized path 'auto' is unknown; choose one of: reference, kernel"):
+        use_path(layer, "auto")
+
+
+def test_a_kernel_this_torch_lacks_is_one_line_at_the_pass(monkeypatch):
     from tformer.model import quantized as Q
 
-    monkeypatch.setattr(Q, "_CHOICES", {})
-    timings = []
-
-    def timed(self, x):
-        timings.append(tuple(x.shape))
-        return kernel_faster
-
-    monkeypatch.setattr(QuantizedLinear, "_kernel_measured_faster", timed)
-    _, layer = _layer(Int8Linear, {}, 37, 64, True)
-    _, twin = _layer(Int8Linear, {}, 37, 64, True)
-    x = torch.randn(1, 64)
-    with torch.no_grad():
-        unchosen = layer(x)
-        layer.path = "reference"
-        assert torch.equal(unchosen, layer(x))  # before any pass: the reference
-        layer.path = "auto"
-        choose_paths(torch.nn.ModuleList([layer, twin]), (1, 5))
-        choose_paths(layer, (1,))
-        y = layer(x)
-        layer(torch.randn(5, 64))
-        assert layer.uses_kernel(torch.randn(100, 64)) is False  # a bucket no pass chose
-        layer.path = "kernel" if kernel_faster else "reference"
-        assert torch.equal(y, layer(x))
-    assert timings == [(1, 64), (5, 64)]
+    monkeypatch.setitem(Q._KERNELS, 8, False)
+    _, layer = _layer(Int8Linear, {}, 8, 32, False)
+    use_path(layer, "kernel")
+    with pytest.raises(TformerError, match="torch's int8 CPU kernel, which this torch lacks; drop --bf16-kernel"):
+        choose_paths(layer)
 
 
-def test_the_timing_itself_picks_a_path_and_counts_no_flops():
-    """The real measurement: it runs both paths outside any dispatch mode, so a FlopCounterMode around the pass
-    and the call counts only the one product the call makes."""
+def test_the_pass_counts_no_flops():
+    """The pass runs outside any dispatch mode, so a FlopCounterMode around it and a call counts only the call's
+    product."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tformer.model import quantized as Q
-
-    Q._CHOICES.clear()
     _, layer = _layer(Int8Linear, {}, 48, 64, False)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        choose_paths(layer, (1,))
+        choose_paths(layer)
         layer(torch.randn(1, 64))
-    assert isinstance(next(iter(Q._CHOICES.values())), bool)
-    assert counter.get_total_flops() in (0, 2 * 48 * 64)  # the kernel's op is not an aten.mm; the reference's is
+    assert counter.get_total_flops() == 2 * 48 * 64

@@ -22,32 +22,40 @@ from tformer.model.quantized import QuantizedLinear
 TARGETS = tuple(q for q in QUANTIZATIONS if q not in ("none", "mixed"))  # mixed: read from GGUF files
 
 
-def quantize_model(model, to: str, group: int | None = None):
+def quantize_model(model, to: str, group: int | None = None, layers: list[str] | None = None,
+                   head: str | None = None):
     """A new model: ``model`` with every Linear of its layers and its LM head quantized to ``to`` ("int8" |
-    "int4"; ``group``: int4's inputs per scale and zero, default 32). On the model's device, in eval mode."""
+    "int4" | a GGUF block format; ``group``: int4's inputs per scale and zero, default 32). ``to="mixed"`` gives
+    each layer's Linears their own formats as a GGUF Q4_K_M file does: ``layers``, one "role:format,..." entry per
+    layer (tformer.core.quant_formats), and ``head`` the LM head's (default float). On the model's device, in eval
+    mode."""
     config = model.config
     if config.quantize != "none":
         raise TformerError(f"this model is already quantized ({config.quantize}); quantize its float checkpoint "
                            "instead (quantizing twice compounds the rounding)")
-    if to not in TARGETS:
+    if to not in TARGETS + ("mixed",):
         raise TformerError(f"cannot quantize to {to!r}; choose one of: {', '.join(TARGETS)}")
+    if (to == "mixed") != (layers is not None):
+        raise TformerError("quantizing to 'mixed' takes each layer's formats (layers), and only it does")
     if group is not None and to != "int4":
         raise TformerError(f"--group sizes int4's groups; {to} keeps one scale per output row: drop --group")
-    new_config = config.replace(quantize=to, quant_group=group if to == "int4" else None)
+    new_config = config.replace(quantize=to, quant_group=group if to == "int4" else None, quantize_layers=layers,
+                                quantize_head=head if to == "mixed" else None)
     first = next(model.parameters())
     new = build(new_config, device=first.device, init=False)
     old_modules = dict(model.named_modules())
-    quantized = set()
+    quantized, replaced = set(), set()  # the new model's quantized tensors; the float weights they replace
     with torch.no_grad():
         for name, module in new.named_modules():
             if isinstance(module, QuantizedLinear):
                 source = old_modules[name]  # a tied head's weight is the token table: it is quantized as its own
                 module.quantize_(source.weight)
+                replaced.add(f"{name}.weight")  # a raw-block Linear keeps "blocks", no "weight"
                 quantized.update(f"{name}.{t}" for t, _ in module.named_buffers(recurse=False))
                 if module.bias is not None:
                     module.bias.copy_(source.bias)
                     quantized.add(f"{name}.bias")
-        rest = {k: v for k, v in model.state_dict().items() if k not in quantized}
+        rest = {k: v for k, v in model.state_dict().items() if k not in quantized and k not in replaced}
         if getattr(new, "tok_embed", None) is None:  # the token table is now read from the head's blocks (or none)
             rest.pop("tok_embed.weight", None)
         missing, unexpected = new.load_state_dict(rest, strict=False)

@@ -8,15 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from tformer.core.apart import check_apart, guarded
+from tformer.core.errors import TformerError
 
 
 GGUF_WEIGHTS = ("auto", "keep", "dequantize")  # tformer.interop.gguf_model.WEIGHTS, repeated so --help loads no torch
 
 
-def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_weights: str = "auto") -> None:
+def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_weights: str = "dequantize",
+                         runs: bool = False) -> None:
     """``seed=False`` where the command has a --seed of its own (generate's sampler): a preset starts from it too.
-    ``gguf_weights``: the default of --gguf-weights; commands that change the weights (quantize, export, prune,
-    finetune) start from fp32, the ones that run the model keep the file's blocks."""
+    ``gguf_weights``: the default of --gguf-weights: fp32, the fastest exact path (kept blocks are widened at every
+    product until a kernel of the same arithmetic runs them); ``runs``: the command runs the model (generate, chat,
+    serve, perplexity, translate), so it offers --bf16-kernel."""
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--ckpt", metavar="DIR",
                      help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
@@ -27,9 +30,15 @@ def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_we
                      help="a GGUF file (llama.cpp's format: weights, tokenizer and chat template in one file), or a "
                           "packaged one: smollm2-135m-instruct, gemma3-270m")
     parser.add_argument("--gguf-weights", choices=GGUF_WEIGHTS, default=gguf_weights,
-                        help="(--gguf) keep: run Q8_0/Q4_1 matrices in their blocks (less memory, llama.cpp's numbers); "
-                             "dequantize: widen everything to fp32; auto: keep where the file's blocks are those, "
-                             f"else widen (default here: {gguf_weights})")
+                        help="(--gguf) dequantize: widen every matrix to fp32 once; keep: hold Q8_0/Q4_1/Q5_0/Q4_K/Q6_K "
+                             "matrices in the file's blocks (about a fifth of fp32's memory) and widen them exactly at "
+                             "each product (the same numbers, slower); auto: keep where the file's blocks are those, "
+                             f"else widen (default: {gguf_weights})")
+    if runs:
+        parser.add_argument("--bf16-kernel", action="store_true",
+                            help="run kept or quantized matrices on torch's packed int4/int8 CPU kernels: bf16 "
+                                 "activations and outputs, faster than keep, and answers may differ from fp32's by "
+                                 "bf16 rounding (a greedy pick between close tokens)")
     if preset:
         src.add_argument("--preset", metavar="NAME", help="a preset (see `tformer presets`), randomly initialised")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -43,9 +52,16 @@ def load_model(args):
     # deferred: torch and the loaders load only when a command runs, so `tformer --help` stays fast
     from tformer.interop.source import load_source
 
-    return load_source(args.ckpt, args.hf, getattr(args, "preset", None), getattr(args, "set", None) or (),
-                       getattr(args, "seed", None) or 0, gguf=args.gguf,
-                       gguf_weights=getattr(args, "gguf_weights", "auto"))
+    model, tokenizer, label = load_source(args.ckpt, args.hf, getattr(args, "preset", None),
+                                          getattr(args, "set", None) or (), getattr(args, "seed", None) or 0,
+                                          gguf=args.gguf, gguf_weights=getattr(args, "gguf_weights", "dequantize"))
+    if getattr(args, "bf16_kernel", False):
+        from tformer.model.quantized import use_path  # deferred with the loaders: torch
+
+        if not use_path(model, "kernel"):
+            raise TformerError("--bf16-kernel runs quantized matrices, and this model has none: load a GGUF file with "
+                               "--gguf-weights keep, or a checkpoint from `tformer quantize`")
+    return model, tokenizer, label
 
 
 def check_output(args, out: str | Path, what: str = "--out", flags=("--ckpt", "--hf", "--gguf")) -> None:

@@ -23,7 +23,7 @@ HELP_LINE = "commands: /reset, /system TEXT, /exit (or Ctrl-D); Ctrl-C stops a r
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser, seed=False)
+    add_source_arguments(parser, seed=False, runs=True)
     parser.add_argument("--system", default=None, help="the system message (default: the template's own, if any)")
     add_decoding_arguments(parser, default_max=256)
 

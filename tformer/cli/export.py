@@ -44,7 +44,7 @@ FORMATS = ("hf", "onnx", "gguf")
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser, gguf_weights="dequantize")
+    add_source_arguments(parser)
     parser.add_argument("--out", required=True, metavar="PATH",
                         help="the folder to write (hf, onnx); the .gguf file (gguf)")
     parser.add_argument("--format", default="hf", metavar="FORMAT",

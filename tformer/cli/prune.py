@@ -25,7 +25,7 @@ HELP = "Prune a checkpoint: remove attention heads and FFN neurons, or zero its 
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser, gguf_weights="dequantize")
+    add_source_arguments(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="the folder to write the pruned checkpoint to")
     parser.add_argument("--heads", type=int, default=0, metavar="N", help="heads to remove from every attention")
     parser.add_argument("--ffn", type=float, default=0.0, metavar="F",

@@ -32,7 +32,7 @@ TARGETS = ("int8", "int4", "q8_0", "q4_1", "q5_0", "q4_k", "q6_k")  # tformer.ad
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser, gguf_weights="dequantize")
+    add_source_arguments(parser)
     parser.add_argument("--to", required=True, metavar="BITS", help="int8 (per output row), int4 (grouped), q8_0 or q4_1 (GGUF's blocks of 32)")
     parser.add_argument("--group", type=int, default=None, metavar="N",
                         help=f"int4: inputs per scale and zero, one of {', '.join(map(str, QUANT_GROUPS))} "

@@ -19,7 +19,7 @@ HELP = ("Serve a model over HTTP: /v1/completions (continuous batching, streamin
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser)
+    add_source_arguments(parser, runs=True)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (0 = any free port)")
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on every request")

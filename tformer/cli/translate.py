@@ -23,7 +23,7 @@ def add_arguments(parser) -> None:
     from tformer.cli._source import add_source_arguments
     from tformer.cli.generate import add_decoding_arguments
 
-    add_source_arguments(parser, seed=False)
+    add_source_arguments(parser, seed=False, runs=True)
     parser.add_argument("sentences", nargs="*", help="source sentences (default: one per line of stdin)")
     parser.add_argument("--source-ids", action="append", default=None, metavar="IDS",
                         help="a source as comma-separated token ids (repeat for a batch)")

@@ -142,8 +142,8 @@ class ContinuousBatcher(WorkQueue):
         if compile and not pool_serves(c):
             raise TformerError(f"--compile serves decoder-only attention models over the KV pool; this "
                                f"{self.runner.label} model is served eagerly: drop --compile")
-        # Each Linear's path for the products serving runs (a step's rows, a prefill chunk), chosen once here.
-        choose_paths(model, (1, 8, max_batch, PREFILL_CHUNK))
+        # Each Linear's path, set once here: a step of any rows and a prefill chunk take the same arithmetic.
+        choose_paths(model)
         if pool_serves(c):
             columns = slot_positions or min(c.max_positions, 1024)
             if isinstance(columns, bool) or not isinstance(columns, int) or not 1 < columns <= c.max_positions:

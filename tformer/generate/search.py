@@ -486,8 +486,8 @@ def _prepare(model, input_ids, attention_mask, decoder_input_ids, config: Genera
         generator = torch.Generator(device=device).manual_seed(cfg.seed)
     cache_length = prefix + max_new if cfg.use_cache and cfg.static_cache else None
     cache = runner.new_cache(len(rows), cache_length, kv=cfg.use_cache)
-    # Each Linear's path for this call's products (decode's rows, the prompt's), chosen before the first one.
-    choose_paths(model, (len(rows), len(rows) * max(len(r) for r in rows)))
+    # Each Linear's path, set before the first product.
+    choose_paths(model)
     if runner.takes_source:
         src, src_mask = pad_batch(rows, filler_id(mc.vocab_size, mc.pad_token_id, pad), "right", device)
         start = torch.tensor(start_rows, dtype=torch.long, device=device)

@@ -4,8 +4,8 @@ formats. The weights are either dequantized to fp32 (bit-identical to gguf-py's 
 Q5_0, Q4_K and Q6_K matrices, kept in their blocks and run by tformer's block Linears
 (tformer.model.block_quantized, kquant_linear), each matrix in its own format.
 
-    model = load_gguf("smollm2-135m-instruct")          # a packaged name, or a path to a .gguf file
-    model, tokenizer = load_gguf(path, tokenizer=True, weights="dequantize")
+    model = load_gguf("smollm2-135m-instruct")          # a packaged name, or a path to a .gguf file: fp32
+    model, tokenizer = load_gguf(path, tokenizer=True, weights="keep")   # the file's blocks, widened per product
 
 What llama.cpp's converter changed is undone here, as transformers' GGUF loader does: LLaMA-family Q and K
 rows were permuted so that llama.cpp can rotate consecutive pairs; tformer rotates the two halves of a head
@@ -137,6 +137,13 @@ def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict]:
     return kept, fields
 
 
+def kept_formats(name_or_path: str | Path) -> dict:
+    """The config fields (quantize, quantize_head, quantize_layers) a model loaded with weights="keep" would have:
+    the file's own formats, read from its tensor table alone (the ledger's row for the file's blocks)."""
+    with open_gguf(resolve_gguf(name_or_path)) as f:
+        return {"quantize_layers": None, **kept_linears(f)[1]}
+
+
 def _format(f: GGUFFile, name: str, what: str) -> str:
     """A matrix's format in config.quantize's words ("none" for a float one), or the refusal."""
     t = f.tensors[name].ggml_type
@@ -163,12 +170,15 @@ def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> N
             model.get_submodule(module_name).set_blocks(*parts)
 
 
-def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False, weights: str = "auto"):
+def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool = False,
+              weights: str = "dequantize"):
     """Our model from a GGUF file or a packaged model's name; with ``tokenizer=True``, (model, the file's
     tokenizer). ``weights``: "keep" runs Q8_0, Q4_1, Q5_0, Q4_K and Q6_K matrices in their blocks (a tied head's
     blocks serve the token lookup too; float matrices, an untied embedding and the norms in fp32) and refuses other
-    block types; "dequantize" widens every tensor to fp32 (or
-    ``dtype``); "auto" keeps what "keep" would and widens a file "keep" refuses, saying so on stderr."""
+    block types (each product widens the blocks exactly: the dequantized model's numbers in about a fifth of its
+    memory; tformer.model.quantized.use_path(model, "kernel") puts them on torch's bf16 kernel); "dequantize" (the
+    default) widens every tensor to fp32 (or ``dtype``); "auto" keeps what "keep" would and widens a file "keep"
+    refuses, saying so on stderr."""
     if weights not in WEIGHTS:
         raise TformerError(f"--gguf-weights {weights} is not a choice; choose one of: {', '.join(WEIGHTS)}")
     path = resolve_gguf(name_or_path)
@@ -196,4 +206,4 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
     return (model, tok) if tokenizer else model
 
 
-__all__ = ["WEIGHTS", "hf_state_from_gguf", "kept_linears", "load_gguf", "unpermute"]
+__all__ = ["WEIGHTS", "hf_state_from_gguf", "kept_formats", "kept_linears", "load_gguf", "unpermute"]

@@ -59,7 +59,7 @@ def hf_tokenizer(directory: Path) -> HFTokenizerAdapter | None:
 
 
 def load_source(ckpt: str | None = None, hf: str | None = None, preset: str | None = None,
-                overrides=(), seed: int = 0, gguf: str | None = None, gguf_weights: str = "auto"):
+                overrides=(), seed: int = 0, gguf: str | None = None, gguf_weights: str = "dequantize"):
     """(model, tokenizer or None, a label) from a checkpoint folder, an HF folder or packaged name, a GGUF file
     (``gguf_weights``: keep its blocks or dequantize, tformer.interop.gguf_model.load_gguf), or a preset."""
     if overrides and not preset:

@@ -200,7 +200,7 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
             layer.bias.zero_()
         layers.append(layer)
     x = torch.randn(rows, k, generator=gen).to(device=device, dtype=tdt)
-    choose_paths(layers, (rows,))  # the path decode takes for this product, chosen as the decoding entry points do
+    choose_paths(layers)  # the path decode takes for this product, chosen as the decoding entry points do
 
     def fn():
         with torch.no_grad():

@@ -66,7 +66,7 @@ def perplexity(model, ids: list[int], ctx: int = 512, bos_id: int | None = None,
     chunks = chunk_ids(ids, ctx, bos_id, max_chunks)
     first = ctx // 2
     model.eval()
-    choose_paths(model, (min(batch, len(chunks)) * ctx,))  # each Linear's path for these products, before the first
+    choose_paths(model)  # each Linear's path for these products, before the first
     device = next(model.parameters()).device
     total_nll, scored, running = 0.0, 0, []
     start = time.perf_counter()

@@ -50,7 +50,7 @@ class StepRunner:
         self.model.train(w.phase == "train")
         self.runner = runner_for(self.model)
         if w.phase != "train":  # each Linear's path, chosen before the step that is timed (train: autograd's own)
-            choose_paths(self.model, (w.batch, w.batch * max(w.seq, w.seq_decoder or 0)), TORCH_DTYPES[w.dtype])
+            choose_paths(self.model)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         V = config.vocab_size
         ids = torch.randint(0, V, (w.batch, w.seq), generator=gen).to(device)

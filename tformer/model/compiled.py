@@ -152,7 +152,7 @@ class StaticDecoder:
             return 0.0
         tokens = torch.zeros(kv.rows, dtype=torch.long, device=self.device)
         t = time.perf_counter()
-        choose_paths(self.model, (kv.rows,), self.dtype)  # the kernels' choices and packing, before tracing
+        choose_paths(self.model)  # each Linear's path set and a kernel's operands packed, before tracing
         for _ in range(2 if self.mode == "reduce-overhead" else 1):  # CUDA graphs record on the second call
             self.step(kv, tokens, memory, memory_mask)
             kv.rewind(1)

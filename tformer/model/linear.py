@@ -9,7 +9,7 @@ timings taken on this machine (tformer.machine.path_choices): the ones `tformer 
 where none cover the current thread count, a micro-benchmark of about 100 ms (tformer.model.linear_tuning)
 run once and saved beside the machine's profile. Nothing measured near the shape means the plain path.
 
-The choice is made by an explicit pass, ``choose_paths(model, rows)`` (tformer.model.path_choice), which the
+The choice is made by an explicit pass, ``choose_paths(model)`` (tformer.model.path_choice), which the
 entry points that decode run once (generate, the serving batcher, the measured step, a compiled step before
 tracing): it sets each Linear's ``split_rows``, the row counts whose products split, at the thread count it
 was made for. A forward reads that attribute and nothing else: no environment variable, no table, no timing.

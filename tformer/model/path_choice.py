@@ -1,21 +1,19 @@
 """The one pass that chooses how each Linear of a model computes its products on this machine.
 
-Two layer kinds have a choice: a float ``Linear`` (F.linear, or the split-rows form for few-row products:
-tformer.model.linear) and a weight-only ``QuantizedLinear`` (dequantise then F.linear, or torch's CPU kernel:
-tformer.model.quantized). Both choices come from timings on this machine, and both are made here, before the
-model decodes, by the entry points that decode (generate, the serving batcher, the measured step, a compiled
-step before it is traced). A forward only reads what was chosen: no environment variable, no saved table,
+A float ``Linear`` has a choice (F.linear, or the split-rows form for few-row products: tformer.model.linear),
+read off timings on this machine; both forms are fp32 products of the same weight, so the choice moves the
+result by fp32 rounding only. A weight-only ``QuantizedLinear`` has no timed choice: its path (the exact
+widening, or torch's bf16 kernel when asked for) changes the arithmetic, and a speed choice must never change
+an answer (tformer.model.quantized); here it is only prepared (the kernel's operands packed). The pass runs
+before the model decodes, in the entry points that decode (generate, the serving batcher, the measured step, a
+compiled step before it is traced). A forward only reads what was set: no environment variable, no saved table,
 no first-call micro-benchmark inside it, so a decode step costs the same from the first call, and a compiled
 graph sees constants.
 
-``rows``: the row counts of the products the caller will run (decode's batch, a prefill's batch x tokens).
-The float choice covers every row count at once; the quantized one is timed per bucket of rows
-(tformer.model.quantized.ROW_BUCKETS), once per layer shape and thread count in a process.
+The float choice covers every row count at once (a Linear's ``split_rows``), so the pass needs no rows.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -25,18 +23,17 @@ from tformer.model.linear import Linear, split_rows_for
 from tformer.model.quantized import QuantizedLinear
 
 
-def choose_paths(model: nn.Module, rows: Iterable[int] = (1,), dtype: torch.dtype = torch.float32) -> None:
-    """Set every Linear's path in ``model`` for products of ``rows`` rows at the current thread count."""
+def choose_paths(model: nn.Module) -> None:
+    """Set every float Linear's path in ``model`` at the current thread count, and prepare every quantized Linear's
+    own path."""
     threads = torch.get_num_threads()
-    rows = sorted({max(1, int(r)) for r in rows})
     split: dict[tuple[int, int], frozenset[int] | range] = {}  # (n, k) -> row counts: one lookup per shape
     # Outside any active dispatch mode: a FlopCounterMode or a profiler around the caller must not count the
     # timings' own products as the model's.
     with torch.no_grad(), _disable_current_modes():
         for module in model.modules():
             if isinstance(module, QuantizedLinear):
-                for r in rows:
-                    module.choose(r, dtype)
+                module.prepare()
             elif isinstance(module, Linear):
                 w = module.weight
                 if w.device.type != "cpu" or w.dtype != torch.float32 or not w.is_contiguous():

@@ -6,44 +6,36 @@ Stored layouts (plain tensors, safetensors-ready, the same on every CPU; tformer
     Int4Linear  weight (out, in/2) uint8 (input 2j low nibble, 2j+1 high), scale and zero (out, in/group) bf16:
                 W[:, i] = (q[:, i] - 8) * scale[:, i // group] + zero[:, i // group],  q in 0..15
 
-Two paths compute y = x W^T + b; ``path`` "auto" takes the one measured faster here, per shape (below).
-``reference``: dequantise W to fp32, then F.linear (the teaching path, the one on CUDA and wherever a kernel is
-missing). ``kernel``: torch's CPU weight-only kernels,
+Two paths compute y = x W^T + b, and ``path`` says which; nothing chooses between them by timing, because they
+do not compute the same numbers. ``reference`` (the default): dequantise W to fp32 exactly, then F.linear: the
+model's own arithmetic, equal to the dequantized model's, the one on CUDA and wherever a kernel is missing.
+``kernel`` (asked for: ``quantized_path``, the commands' --bf16-kernel): torch's CPU weight-only kernels,
 ``torch._weight_int8pack_mm`` and ``torch._weight_int4pack_mm_for_cpu`` (int4 after repacking into
 ``torch._convert_weight_to_int4pack_for_cpu``'s layout, which depends on the CPU's vector width and so is never
 saved: it is rebuilt from the stored weight when that changes). Both kernels are vectorised for bf16
-activations and run fp32 ones element by element (on an AVX-512 Xeon: int8 at 1 row, fp32 in 4x slower than
-fp32 F.linear, bf16 in 2.5x faster), so the kernel path rounds the input to bf16 and returns fp32: it equals the
-reference within bf16 rounding (about 3e-3 relative), which tests hold. A CPU without native bf16 may find the
-reference faster: the choice is timed on the machine, once per layer shape, by an explicit pass before decoding
-(``choose``, run by tformer.model.path_choice.choose_paths); forward only reads it.
+activations and run fp32 ones element by element, so the kernel path rounds the input to bf16 and returns its
+bf16 product widened: it equals the reference within bf16 rounding (about 3e-3 relative), which tests hold, and
+its logits come in steps of bf16 (0.125 near 25), so a greedy pick between two close tokens can differ from the
+reference's. That is why a speed choice may never pick it: when it was chosen per bucket of rows by timing, the
+same prompt decoded alone (one row) and in a served batch (eight rows) took different arithmetic and answered
+differently (issue 45). The kernel's rows do not depend on each other, so with the kernel asked for, a served
+batch still computes what one row alone computes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import _disable_current_modes
 
 from tformer.core.errors import TformerError
 
 KERNEL_DTYPE = torch.bfloat16  # the activation dtype the CPU kernels are vectorised for
 INT4_MID = 8  # the kernel's int4 values 0..15 are centred on 8
 _INT4_N_MULTIPLE = 16  # the int4 CPU packer takes whole blocks of 16 output rows; rows beyond pad with zeros
-PATHS = ("auto", "kernel", "reference")
-# "auto" takes what choose() measured faster for a shape, per bucket of rows (decode's 1, a few, a prefill's
-# many) and thread count, timed once per process (choose_paths runs it before decoding).
-ROW_BUCKETS = (1, 8, 64, 1 << 62)
-CHOICE_REPS = 3
-# The most rows a choice is timed at: both paths scale with the rows beyond it (a 512-token prefill through a
-# 262,144-token head is 86 GFLOP a product), so the bucket's choice is read at 128 rows, not paid for at 512.
-TIMING_ROWS = 128
-_CHOICES: dict[tuple, bool] = {}
+PATHS = ("reference", "kernel")
 
 
 def kernels() -> dict[str, bool]:
@@ -72,9 +64,8 @@ class QuantizedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = d_in, d_out
         self.bias = nn.Parameter(torch.zeros(d_out)) if bias else None
-        self.path = "auto"  # "kernel" | "reference" force one path (tests, benches)
+        self.path = "reference"  # "kernel": torch's bf16 CPU kernel, asked for (quantized_path, --bf16-kernel)
         self._packed: tuple | None = None  # (key of the stored tensors, what the kernel reads)
-        self._chosen: dict[int, bool] = {}  # row bucket -> kernel: what choose() decided (none: the reference)
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, group: int | None = None):
@@ -93,51 +84,20 @@ class QuantizedLinear(nn.Module):
     def quantize_(self, weight: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def uses_kernel(self, x: torch.Tensor) -> bool:
-        """The path for this product: a forced one, else what ``choose`` decided for its bucket of rows (none
-        decided: the reference). Nothing is timed or looked up here."""
-        if self.path != "auto":
-            return self.path == "kernel"
-        rows = x.numel() // self.in_features
-        return self._chosen.get(next(b for b in ROW_BUCKETS if rows <= b), False)
-
-    def choose(self, rows: int, dtype: torch.dtype = torch.float32) -> bool:
-        """Decide the path for products of ``rows`` rows (their bucket of ROW_BUCKETS) at the current thread
-        count: the kernel where it exists and measured faster than the reference on this layer's shape (one
-        timing per shape, layout and thread count, shared by the layers alike), and pack the kernel's operands
-        now, so a graph compiled next reads both as constants. Run by tformer.model.path_choice.choose_paths."""
-        bucket = next(b for b in ROW_BUCKETS if rows <= b)
-        kernel = False
-        if _KERNELS[self.kernel_bits] and next(self.buffers(recurse=False)).device.type == "cpu":
-            key = (self.layout, getattr(self, "group", 0), self.out_features, self.in_features, bucket,
-                   torch.get_num_threads())
-            if key not in _CHOICES:  # every generate call runs the pass: only the first of a shape times it
-                timed = min(rows, TIMING_ROWS)
-                _CHOICES[key] = self._kernel_measured_faster(torch.randn(timed, self.in_features, dtype=dtype))
-            kernel = _CHOICES[key]
-        if kernel:
-            self._kernel_operands()
-        self._chosen[bucket] = kernel
-        return kernel
-
-    def _kernel_measured_faster(self, x: torch.Tensor) -> bool:
-        """Both paths timed on this layer's own weight and input (alternating, the median of CHOICE_REPS after a
-        warm-up): whether the kernel's bf16 rounding pays depends on the CPU (native bf16 or not), so no rule is
-        written here. Outside any dispatch mode, so a FlopCounterMode or profiler around the first call does not
-        count the timing's products."""
-        times: dict[bool, list[float]] = {True: [], False: []}
-        with torch.no_grad(), _disable_current_modes():
-            for kernel in (True, False):
-                self._run(x, kernel)
-            for _ in range(CHOICE_REPS):
-                for kernel in (True, False):
-                    start = time.perf_counter()
-                    self._run(x, kernel)
-                    times[kernel].append(time.perf_counter() - start)
-        return statistics.median(times[True]) < statistics.median(times[False])
+    def prepare(self) -> None:
+        """Before decoding and before tracing (tformer.model.path_choice.choose_paths): on the kernel path, check the
+        kernel exists here and pack its operands now, so a graph compiled next reads them as constants."""
+        if self.path != "kernel":
+            return
+        device = next(self.buffers(recurse=False)).device
+        if not _KERNELS[self.kernel_bits] or device.type != "cpu":
+            raise TformerError(f"the bf16 kernel path needs torch's int{self.kernel_bits} CPU kernel, which "
+                               f"{'this torch lacks' if device.type == 'cpu' else f'a {device.type} model cannot run'}; "
+                               "drop --bf16-kernel")
+        self._kernel_operands()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._run(x, self.uses_kernel(x))
+        return self._run(x, self.path == "kernel")
 
     def _run(self, x: torch.Tensor, kernel: bool) -> torch.Tensor:
         """y = x W^T + b through the kernel or the reference (dequantise, then F.linear)."""
@@ -158,8 +118,8 @@ class QuantizedLinear(nn.Module):
     def _kernel_operands(self):
         if torch.compiler.is_compiling():  # prepare() packed them; data pointers cannot be read in a graph
             if self._packed is None:
-                raise TformerError("a quantized Linear forced onto its kernel is traced unprepared; call "
-                                   "tformer.model.path_choice.choose_paths(model, rows) before compiling")
+                raise TformerError("a quantized Linear on its kernel path is traced unprepared; call "
+                                   "tformer.model.path_choice.choose_paths(model) before compiling")
             return self._packed[1]
         key = self._stored_key()
         if self._packed is None or self._packed[0] != key:
@@ -170,20 +130,27 @@ class QuantizedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-@contextlib.contextmanager
-def quantized_path(model, path: str):
-    """Every quantized Linear of ``model`` on ``path`` ("kernel", "reference" or "auto") for the duration, then
-    back to "auto": how tests and benches compare the paths on one model."""
+def use_path(model, path: str) -> int:
+    """Every quantized Linear of ``model`` on ``path`` ("reference" or "kernel"); returns how many there are."""
     if path not in PATHS:
         raise TformerError(f"quantized path {path!r} is unknown; choose one of: {', '.join(PATHS)}")
     modules = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
     for m in modules:
         m.path = path
+    return len(modules)
+
+
+@contextlib.contextmanager
+def quantized_path(model, path: str):
+    """Every quantized Linear of ``model`` on ``path`` for the duration, then back to the path each had: how tests
+    and benches compare the paths on one model."""
+    before = {m: m.path for m in model.modules() if isinstance(m, QuantizedLinear)}
+    use_path(model, path)
     try:
         yield model
     finally:
-        for m in modules:
-            m.path = "auto"
+        for m, p in before.items():
+            m.path = p
 
 
 class Int8Linear(QuantizedLinear):
@@ -294,4 +261,4 @@ class Int4Linear(Int4KernelLinear):
 
 
 __all__ = ["KERNEL_DTYPE", "PATHS", "Int4KernelLinear", "Int4Linear", "Int8Linear", "QuantizedLinear", "kernels",
-           "nibble_pairs", "pack_pairs", "quantized_path"]
+           "nibble_pairs", "pack_pairs", "quantized_path", "use_path"]

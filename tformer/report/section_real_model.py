@@ -5,8 +5,9 @@ roofline, a chat exchange (SmolLM2) or a greedy continuation (Gemma 3 is a base 
 its first and last layer on a real sentence, and its perplexity on WikiText-2; beside llama.cpp's figures from the
 latest bench/llamacpp.py record filed for this CPU and model.
 
-What runs while the report is made (about 15 s for SmolLM2, 40 s for Gemma 3 on 2 cores): the file loaded with its
-blocks kept, one greedy reply (its decode timed), one forward for the maps and two 512-token perplexity chunks.
+What runs while the report is made (about 15 s for SmolLM2, 40 s for Gemma 3 on 2 cores): the file loaded as every
+running command loads it by default (widened to fp32: the kept blocks give the same numbers, more slowly), one greedy
+reply (its decode timed), one forward for the maps and two 512-token perplexity chunks.
 --no-real-model skips it.
 """
 
@@ -71,14 +72,15 @@ def measure(ctx) -> dict:
     from tformer.generate import generate
     from tformer.generate.chat import Chat
     from tformer.generate.search import prompt_ids
-    from tformer.interop.gguf_model import load_gguf
+    from tformer.interop.gguf_model import kept_formats, load_gguf
     from tformer.measure.perplexity import perplexity
 
     real = MODELS[ctx.options.real_model]
     ctx.say(f"loading {real.title} from its GGUF file")
     started = time.perf_counter()
     try:
-        model, tok = load_gguf(real.name, tokenizer=True, weights="keep")
+        model, tok = load_gguf(real.name, tokenizer=True)
+        file_formats = kept_formats(real.name)
     except (TformerError, OSError) as exc:  # no network for the first fetch, a damaged cache
         return {"skip": f"the real model could not be loaded: {exc}"}
     loaded = time.perf_counter() - started
@@ -104,18 +106,17 @@ def measure(ctx) -> dict:
     ids = tok.encode(get_corpus("wikitext2").text("test")[:20_000])
     bos = tok.bos_id if getattr(tok, "add_bos", False) else None  # llama-perplexity's BOS per chunk (Gemma)
     ppl = perplexity(model, [bos, *ids] if bos is not None else ids, ctx=512, bos_id=bos, max_chunks=PPL_CHUNKS)
-    return {"real": real, "model": model, "tokenizer": tok, "load_s": loaded, "reply": reply, "finish": finish,
+    return {"real": real, "model": model, "tokenizer": tok, "file_formats": file_formats, "load_s": loaded, "reply": reply, "finish": finish,
             "maps": maps, "decode_tokens_per_s": run.decode_tokens_per_s,
             "prefill_tokens_per_s": run.prefill_tokens_per_s, "prompt_tokens": len(prompt),
             "perplexity": ppl.perplexity, "ppl_chunks": ppl.chunks, "seconds": time.perf_counter() - started}
 
 
-def format_rows(config, device, file_label: str) -> list[dict]:
-    """Per weight format (the file's own, as ``config`` holds it, fourth): weight bytes, bytes a decode step reads,
-    FLOPs per token, the roofline's step."""
+def format_rows(config, device, file_label: str, own: dict) -> list[dict]:
+    """Per weight format (the file's own, ``own``'s quantize fields, fourth): weight bytes, bytes a decode step
+    reads, FLOPs per token, the roofline's step."""
     rows = []
     base = config.replace(**FLOAT)
-    own = {k: getattr(config, k) for k in FLOAT}
     for label, change in (*FORMATS[:3], (file_label, own), *FORMATS[3:]):
         c = base.replace(**change) if change else base
         book = ledger(c, Workload(phase="decode", batch=1, seq=CONTEXT + 1, context=CONTEXT))
@@ -169,7 +170,7 @@ def build(ctx) -> Section:
         return sec
     model = run["model"]
     c = model.config
-    rows = format_rows(c, ctx.measured, real.file_label)
+    rows = format_rows(c, ctx.measured, real.file_label, run["file_formats"])
     vocab_text, vocab = _vocabulary_line(c.replace(**FLOAT))
     data = {"model": real.name, "config": {"layers": c.n_layers, "d_model": c.d_model, "heads": c.n_heads,
                                            "kv_heads": c.n_kv_heads, "d_ff": c.d_ff, "vocab": c.vocab_size,
@@ -181,9 +182,10 @@ def build(ctx) -> Section:
             "ppl_chunks": run["ppl_chunks"], "seconds": run["seconds"]}
     sec.text(f"Everything above ran on the report's own model. This is a real one: **{real.title}** ({real.about} "
              f"on PyPI, fetched once), read from the GGUF file llama.cpp and ollama run, loaded in "
-             f"{fmt.seconds(run['load_s'])} with each matrix kept in the blocks the file holds. " + _anatomy(c))
+             f"{fmt.seconds(run['load_s'])} and widened to fp32 as the commands run it by default (its blocks kept, "
+             "`--gguf-weights keep`, compute the same numbers in the file's bytes). " + _anatomy(c))
     sec.text(vocab_text)
-    file_row = next(r for r in rows if r["format"] == real.file_label)
+    fp32_row = rows[0]  # the model as it ran here
     sec.table(["weights", "weight bytes", "read per token", "FLOPs per token", "predicted step", "read bound"],
               [[r["format"], fmt.nbytes(r["weight_bytes"]), fmt.nbytes(r["bytes_read"]), fmt.flops(r["flops"]),
                 fmt.seconds(r["predicted_step_s"]),
@@ -193,13 +195,13 @@ def build(ctx) -> Section:
                       "token costs to read and compute, the roofline's step on this machine's measured roofs, and "
                       "the tokens/s reading alone would allow")
     measured = run["decode_tokens_per_s"]
-    predicted = 1 / file_row["predicted_step_s"] if file_row["predicted_step_s"] else None
-    sec.text(f"Measured here: **{fmt.num(measured, 3)} tokens/s** decoding with the blocks kept (eager, batch 1), "
-             f"against the ledger's {fmt.num(predicted, 3)} tokens/s and the read bound's "
-             f"{fmt.num(file_row['read_bound_tokens_per_s'], 3)}: each kept matrix runs torch's int4 kernel on bf16 "
-             "inputs where that measured faster here, else is widened to fp32 for its product, and the eager step "
-             "adds Python and dispatch around every one of its few hundred ops, which the roofline prices only per "
-             "ledger op.")
+    predicted = 1 / fp32_row["predicted_step_s"] if fp32_row["predicted_step_s"] else None
+    sec.text(f"Measured here: **{fmt.num(measured, 3)} tokens/s** decoding in fp32 (eager, batch 1), against the "
+             f"ledger's {fmt.num(predicted, 3)} tokens/s and the read bound's "
+             f"{fmt.num(fp32_row['read_bound_tokens_per_s'], 3)}: the eager step adds Python and dispatch around "
+             "every one of its few hundred ops, which the roofline prices only per ledger op. The file's own blocks "
+             "would read less per token (its row above), but no kernel here multiplies them in fp32 arithmetic "
+             "yet: kept, they are widened at every product.")
     for line in _bench(ctx, data, real):
         sec.text(line)
     speaker = real.title.split("-")[0].split(" ")[0]
@@ -220,7 +222,7 @@ def build(ctx) -> Section:
                "heads rest on the first token, the attention sink).",
                alt=f"attention heat maps of {speaker}'s first and last layer")
     sec.text(f"Perplexity on the first {run['ppl_chunks']} chunks of 512 tokens of WikiText-2's test split "
-             f"(llama.cpp's protocol, the second half of each chunk scored), blocks kept: "
+             f"(llama.cpp's protocol, the second half of each chunk scored; the kept blocks score the same): "
              f"**{fmt.num(run['perplexity'], 4)}**.")
     ctx.data["real_model"] = data
     return sec
