@@ -41,7 +41,7 @@ def main(section: str, task: str, summarise, description: str) -> int:
             return done.returncode
         record, lines = summarise(out)
         evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        record = {"command": " ".join(command[:4]), "steps": evals[-1]["step"], "train_s": evals[-1]["elapsed_s"],
+        record = {"trains": " ".join(command[:4]), "steps": evals[-1]["step"], "train_s": evals[-1]["elapsed_s"],
                   "wall_s": wall, **record}
     for line in lines:
         print(line)

@@ -1,12 +1,18 @@
 """What every bench prints first and saves last: the machine it ran on, and its figures filed per CPU
-model under bench/results/ (one JSON per CPU, each bench its own section, with the date), so the
-README can show every CPU that has been measured instead of one."""
+model under bench/results/ (one JSON per CPU, each bench its own section, with the date, the command that
+made it and the commit it ran on), so the README can show every CPU that has been measured instead of one,
+and scripts/check_bench_records.py can tell a record whose script or flag is gone. ``spread`` is the one
+statistic a comparison quotes on both sides: the median of the repetitions, their range, and every one."""
 
 from __future__ import annotations
 
 import datetime
 import json
 import re
+import shlex
+import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -41,13 +47,34 @@ def header(m: dict) -> str:
             f"{m['threads']} threads")
 
 
+def spread(samples: list[float]) -> dict:
+    """The median of the repetitions, their min and max, and each one as measured (at least 5 for a comparison)."""
+    xs = [float(x) for x in samples]
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs), "samples": xs}
+
+
+def provenance() -> dict:
+    """The command that made a record (this script and its arguments) and the commit it ran on ("+dirty" when the
+    tree had changes), as every filed record carries them."""
+    root = RESULTS.parents[1]
+    command = shlex.join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                                check=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit, dirty = "unknown (not a git checkout)", ""
+    return {"command": command, "commit": commit + ("+dirty" if dirty else "")}
+
+
 def save(section: str, data: dict, m: dict) -> Path:
     """File ``data`` as ``section`` of this CPU's results (bench/results/<cpu>.json), dated; other
     sections (other benches) and other CPUs' files are kept."""
     path = RESULTS / bench_results_name(m["cpu"], m["physical_cores"] or m["logical_cpus"])
     doc = read_json(path, "bench results", fix="delete it and rerun the bench") if path.is_file() else {}
     doc["machine"] = m
-    doc[section] = {"date": datetime.date.today().isoformat(), **data}
+    doc[section] = {"date": datetime.date.today().isoformat(), **provenance(), **data}
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
     return path
 

@@ -12,7 +12,8 @@ What is measured (batch 1, threads = physical cores, the machine otherwise quiet
      eager and compiled (generate's compiled step), its weights dequantized to fp32, kept in their blocks (widened
      exactly at each product: fp32's numbers), and kept on torch's bf16 int4 kernel (--bf16-kernel).
      tformer's pp512 is generate's prefill of a 512-token prompt; its tg128 the decode steps of generate(129 new
-     tokens) from a one-token prompt (the first token comes from the prefill). Best of --repeats.
+     tokens) from a one-token prompt (the first token comes from the prefill). Both sides: the median of --repeats
+     (>= 5) repetitions, with their range and every repetition in the record (llama-bench's own, from its JSON).
   2. tg128's ceiling: the read-only stream rate (a sum over 512 MiB, measured now) over the bytes a decode step
      must read (the ledger's weight and KV bytes of a step at context 64, the middle of tg128); and the ledger's
      predicted decode step (its roofline on this machine's saved `tformer bench` profile) against the step
@@ -68,6 +69,8 @@ def tool(bin_dir: Path, name: str) -> str:
 
 
 def llama_bench(bin_dir: Path, gguf: Path, threads: int, repeats: int) -> dict:
+    """llama-bench's pp512 and tg128: the median of its ``repeats`` repetitions, read from each repetition's own
+    tokens/s in its JSON (samples_ts), the statistic tformer's side quotes too."""
     out = subprocess.run([tool(bin_dir, "llama-bench"), "-m", str(gguf), "-p", "512", "-n", "128", "-t",
                           str(threads), "-r", str(repeats), "-o", "json"], capture_output=True, text=True, check=True)
     rows = json.loads(out.stdout)
@@ -75,8 +78,8 @@ def llama_bench(bin_dir: Path, gguf: Path, threads: int, repeats: int) -> dict:
     for r in rows:
         key = "pp512" if r["n_prompt"] == 512 and r["n_gen"] == 0 else "tg128" if r["n_gen"] == 128 else None
         if key:
-            found[key] = r["avg_ts"]
-            found[f"{key}_stddev"] = r["stddev_ts"]
+            found[key] = _results.spread(r["samples_ts"])["median"]
+            found[f"{key}_spread"] = _results.spread(r["samples_ts"])
     found["build"] = f"{rows[0].get('build_commit', '?')} ({rows[0].get('cpu_info', '?')})"
     return found
 
@@ -100,16 +103,17 @@ def llama_perplexity(bin_dir: Path, gguf: Path, text: Path, chunks: int, threads
 
 # tformer ------------------------------------------------------------------------------------------------
 def tformer_speed(model, prompt: list[int], bos: int, compiled: bool, repeats: int) -> dict:
-    best_pp = best_tg = 0.0
+    """pp512 and tg128 as llama-bench takes them, ``repeats`` times after a warm-up: the median of the repetitions
+    (and each one), as on llama.cpp's side."""
     kw = {"stop_tokens": [], "compile": compiled}
     generate(model, [prompt], max_new_tokens=2, **kw)  # warm-up: one-time set-up, path choices, compilation
     generate(model, [[bos]], max_new_tokens=8, **kw)
+    pp, tg = [], []
     for _ in range(repeats):
-        pp = generate(model, [prompt], max_new_tokens=1, **kw)
-        best_pp = max(best_pp, pp.prefill_tokens_per_s)
-        tg = generate(model, [[bos]], max_new_tokens=129, **kw)
-        best_tg = max(best_tg, tg.decode_tokens_per_s)
-    return {"pp512": best_pp, "tg128": best_tg}
+        pp.append(generate(model, [prompt], max_new_tokens=1, **kw).prefill_tokens_per_s)
+        tg.append(generate(model, [[bos]], max_new_tokens=129, **kw).decode_tokens_per_s)
+    pp, tg = _results.spread(pp), _results.spread(tg)
+    return {"pp512": pp["median"], "tg128": tg["median"], "pp512_spread": pp, "tg128_spread": tg}
 
 
 def products_time(model) -> tuple[float, int]:
@@ -197,12 +201,15 @@ def main(argv=None) -> int:
     p.add_argument("--gguf", default="smollm2-135m-instruct", help="a GGUF file or packaged name")
     p.add_argument("--llama-cpp", type=Path, default=DEFAULT_BIN, help="the folder of llama.cpp's built tools")
     p.add_argument("--threads", type=int, default=None, help="default: physical cores (llama-bench's protocol)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5, help="repetitions per figure, both sides (at least 5): the "
+                   "median is quoted, every repetition kept in the record")
     p.add_argument("--ppl-chunks", type=int, default=20, help="WikiText-2 chunks of 512 to score (0: all)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: speed,compiled,ppl,export")
     p.add_argument("--json", default=None, help="also write the record here")
     p.add_argument("--no-save", action="store_true", help="do not file the figures under bench/results/")
     args = p.parse_args(argv)
+    if args.repeats < 5:
+        p.error("--repeats must be at least 5: a median of fewer says little on a noisy machine")
     skip = set(filter(None, args.skip.split(",")))
     threads = args.threads or cpu_info().physical_cores or os.cpu_count()
     torch.set_num_threads(threads)
@@ -265,8 +272,11 @@ def main(argv=None) -> int:
             print(f"{'tformer ' + mode:16}{r['pp512']:12.1f}{r['tg128']:12.1f}{r['pp512'] / lc['pp512']:11.2f}"
                   f"{r['tg128'] / lc['tg128']:11.2f}{r['roofline_tg128']:12.1f}{r['predicted_step_s'] * 1e3:10.1f}ms"
                   f"{1e3 / r['tg128']:8.1f}ms")
-        print(f"(roofline tg: {bw / 1e9:.1f} GB/s read-only stream over the bytes a step reads; ledger step: "
-              f"{note})")
+        print(f"(each figure the median of {args.repeats} repetitions, both sides; roofline tg: {bw / 1e9:.1f} GB/s "
+              f"read-only stream over the bytes a step reads; ledger step: {note})")
+        for name, r in (("llama.cpp", lc), *((f"tformer {k}", v) for k, v in rows.items() if "error" not in v)):
+            print(f"  {name}: " + "; ".join(f"{key} {r[key + '_spread']['min']:.1f}-{r[key + '_spread']['max']:.1f}"
+                                            for key in ("pp512", "tg128")) + " (range over the repetitions)")
         for mode, r in rows.items():
             if "error" not in r:
                 print(f"  {mode}: a step of {1e3 / r['tg128']:.1f} ms holds {r['products_s'] * 1e3:.1f} ms of weight "

@@ -9,8 +9,9 @@ same model in the same run, driven over loopback by bounded concurrent streaming
 What is measured: the server is started twice as a subprocess (`python -m tformer serve` on 127.0.0.1 at a
 free port), first with --max-batch N (continuous batching), then with --max-batch 1. At each concurrency
 level c, c asyncio clients (httpx) send a fixed number of requests (default max(2c, 16)), each greedy, with a
-fixed max_tokens and stream=true, and stop after --time-limit seconds, saying so. Client-side: requests/s and
-tokens/s over the level's wall clock, time to first token (request sent -> first token chunk) and per-token
+fixed max_tokens and stream=true, and stop after --time-limit seconds, saying so; each level is run --runs times
+(default 5) and its figures are the medians over the runs, every run kept in the record. Client-side: requests/s
+and tokens/s over the level's wall clock, time to first token (request sent -> first token chunk) and per-token
 latency (the gaps between a request's token chunks) at p50/p95/p99. A request fails on any non-200 answer
 (429 included), a broken stream or a missing [DONE]. Then the ratio continuous / one-at-a-time tokens/s at
 each level (target: >= 4x at 32 clients, zero failures), beside the ledger's predicted decode speed-up at
@@ -34,6 +35,7 @@ import math
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -250,6 +252,22 @@ def percentile(values: list[float], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def combine(runs: list[dict]) -> dict:
+    """One level over several runs: each rate and percentile the median over the runs (and tokens/s's range),
+    counts summed, every run kept ("runs"), so a short level is not one noisy draw."""
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    rates = [r["tokens_per_s"] for r in runs]
+    return {**{k: sum(r[k] for r in runs) for k in ("requests", "ok", "failed", "unfinished", "tokens", "wall_s")},
+            "stopped_at_time_limit": any(r["stopped_at_time_limit"] for r in runs),
+            "requests_per_s": med([r["requests_per_s"] for r in runs]),
+            "tokens_per_s": med(rates), "tokens_per_s_min": min(rates), "tokens_per_s_max": max(rates),
+            **{key: {p: med([r[key][p] for r in runs]) for p in runs[0][key]} for key in ("ttft_s", "per_token_s")},
+            "errors": sorted({e for r in runs for e in r["errors"]})[:5], "runs": runs}
+
+
 def summarize(outcomes: list[Outcome], wall: float, requests: int, stopped: bool) -> dict:
     ok = [o for o in outcomes if o.ok]
     ttfts = [o.ttft for o in ok if o.ttft is not None]
@@ -360,10 +378,12 @@ def run_mode(label: str, server, args, prompt_of, ask=None) -> dict:
         asyncio.run(drive(server.url, 1, 2, body_for, args.time_limit, headers, ask))  # warm-up, not counted
         for c in args.levels:
             n = args.requests or max(2 * c, 4 if args.quick else 16)
-            r = asyncio.run(drive(server.url, c, n, body_for, args.time_limit, headers, ask))
+            r = combine([asyncio.run(drive(server.url, c, n, body_for, args.time_limit, headers, ask))
+                         for _ in range(args.runs)])
             out[c] = r
             stop = f"; stopped at the {args.time_limit:g} s time limit" if r["stopped_at_time_limit"] else ""
-            print(f"  {c:4d} clients: {r['ok']}/{n} ok, {r['failed']} failed, {r['tokens_per_s']:.1f} tokens/s"
+            print(f"  {c:4d} clients: {r['ok']}/{r['requests']} ok over {args.runs} runs, {r['failed']} failed, "
+                  f"{r['tokens_per_s']:.1f} tokens/s (median; {r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f})"
                   f"{stop}" + (f"; errors: {r['errors']}" if r["errors"] else ""), flush=True)
     return out
 
@@ -409,7 +429,9 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=None, help="requests per level (default max(2 x clients, 16))")
     p.add_argument("--max-tokens", type=int, default=None, help="new tokens per request (default 32; --quick 8)")
     p.add_argument("--max-batch", type=int, default=128, help="continuous batching's --max-batch")
-    p.add_argument("--time-limit", type=float, default=180.0, help="seconds per level before it stops")
+    p.add_argument("--time-limit", type=float, default=180.0, help="seconds per run of a level before it stops")
+    p.add_argument("--runs", type=int, default=None,
+                   help="runs of each level; its figures are their medians (default 5; --quick 1)")
     p.add_argument("--api-key", default=None, help="the key a --ckpt/--hf server of yours expects")
     p.add_argument("--quick", action="store_true", help="tiny model, levels 1,4: a smoke test (not filed)")
     p.add_argument("--json", default=None, help="also write the record here")
@@ -417,6 +439,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     args.levels = parse_levels(args.levels or ("1,4" if args.quick else "1,8,32,128"))
     args.max_tokens = args.max_tokens or (8 if args.quick else 32)
+    args.runs = args.runs or (1 if args.quick else 5)
+    if args.runs < 1:
+        raise SystemExit("--runs takes a whole number >= 1")
     m = _results.machine()
     print(_results.header(m))
     with tempfile.TemporaryDirectory(prefix="serve_load-") as tmp:
@@ -487,7 +512,7 @@ def main(argv=None) -> int:
               "source": "gguf" if args.gguf else "ckpt" if args.ckpt else "hf" if args.hf else "random",
               "gguf": args.gguf, "gguf_weights": args.gguf_weights if args.gguf else None, "compile": args.compile, "bf16_kernel": args.bf16_kernel,
               "slot_positions": args.slot_positions if args.gguf else None, "prompt_tokens": PROMPT_TOKENS,
-              "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": args.levels,
+              "max_tokens": args.max_tokens, "max_batch": args.max_batch, "levels": args.levels, "runs": args.runs,
               "results": {mode: {str(c): r for c, r in levels.items()} for mode, levels in results.items()},
               "predicted_speedup": {str(c): v for c, v in predicted.items()}}
     # beside llama-server: its own record, so the report's serving section keeps reading continuous vs one-at-a-time

@@ -119,3 +119,24 @@ def test_generate_chat_and_the_chat_command(capsys, monkeypatch):
     assert "Paris" in out and "conversation cleared" in err and "unknown command /nope" in err
     assert main(["generate", "--gguf", "smollm2-135m-instruct", "--system", "x", "--prompt", "hi"]) == 2
     assert "--system goes with --chat" in capsys.readouterr().err
+
+
+def test_stop_ids_end_a_chat_reply_beside_the_end_of_turn(smollm2, capsys, monkeypatch):
+    """`--stop-ids` is honoured by --chat and `tformer chat` (added to the template's end-of-turn tokens, not in
+    place of them); an id outside the vocabulary is one line, exit 2."""
+    import io
+
+    _, tokenizer = smollm2
+    paris = tokenizer.encode(" Paris")
+    assert len(paris) == 1
+    argv = ["--gguf", "smollm2-135m-instruct", "--greedy", "--max-new-tokens", "24", "--stop-ids", str(paris[0])]
+    assert main(["generate", *argv, "--chat", "What is the capital of France?", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["reply"] == "The capital of France is" and row["finish_reason"] == "stop"
+    monkeypatch.setattr("sys.stdin", io.StringIO("What is the capital of France?\nName three primary colours.\n"))
+    assert main(["chat", *argv]) == 0
+    replies = capsys.readouterr().out.splitlines()  # the second reply, after the history, runs to its end of turn
+    assert replies == ["The capital of France is", "The primary colours are: Red, Blue, and Yellow."]
+    assert main(["chat", *argv[:-1], "999999"]) == 2
+    err = capsys.readouterr().err
+    assert "stop token id 999999 is outside the vocabulary [0, 49152)" in err and err.count("\n") == 1

@@ -84,8 +84,8 @@ def _wikitext_chunks(tok, chunks=2, ctx=512):
 
 
 def test_kept_blocks_agree_with_the_dequantized_model(smollm2, smollm2_kept):
-    """Against the dequantized model on WikiText-2's test text: through its widening path (the same weights) the
-    kept model gives the same logits (1e-3, the sums' order) and next tokens (>= 99%) on 128 tokens; through torch's
+    """Against the dequantized model on WikiText-2's test text: through its widening path (the same weights, the same
+    products) the kept model gives the dequantized model's logits exactly, on the same 128 tokens; through torch's
     int4 kernel, which rounds inputs and scales to bf16, the same next token on >= 97.5% of 1,024 (measured: 98.0%;
     llama.cpp rounds its inputs coarser still, to 8-bit blocks: its own Q4_1-vs-f32 agreement, 96.5%, is in
     bench/llamacpp.py's record)."""
@@ -94,11 +94,9 @@ def test_kept_blocks_agree_with_the_dequantized_model(smollm2, smollm2_kept):
     dense, tok = smollm2
     ids = _wikitext_chunks(tok)
     short = ids[:1, :128]  # the widening path computes the same weights: a short check of its logits suffices
-    with torch.no_grad(), quantized_path(smollm2_kept, "reference"):
+    with torch.no_grad():
+        assert torch.equal(smollm2_kept(short).logits, dense(short).logits)
         want = dense(ids).logits
-        got = smollm2_kept(short).logits
-        assert (got - want[:1, :128]).abs().max().item() < 1e-3
-        assert (got.argmax(-1) == want[:1, :128].argmax(-1)).float().mean().item() >= 0.99
     if kernels()[4]:
         with torch.no_grad(), quantized_path(smollm2_kept, "kernel"):
             agree = (smollm2_kept(ids).logits.argmax(-1) == want.argmax(-1)).float().mean().item()

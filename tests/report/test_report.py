@@ -140,7 +140,8 @@ def test_totals_equal_the_ledger(report):
     # The machine section reads the (fake) measured profile, not this machine's speed.
     assert FAKE_NAME in md and data["machine"]["measured_peak_flops"]["fp32"] == 3e10
     # The trained model's maps say so (an untrained one's: test_untrained_maps_say_so).
-    assert "**trained** model" in md or "trained model" in md
+    assert "of the model trained above" in md and "Attention heat maps (trained model)" in md
+    assert "untrained" not in md.split("## 8.")[1].split("\n## ")[0]
     assert data["attention"]["trained"] is True
 
 

@@ -1,13 +1,14 @@
 """POST /v1/chat/completions on the real SmolLM2-135M-Instruct: the messages through its chat template, the
 reply ending at <|im_end|> and equal to the same conversation through tformer.generate.chat, streamed as
 OpenAI's chat.completion.chunk deltas, OpenAI-shaped 400s naming the field, concurrent requests batched, and
-the openai client where it is installed."""
+OpenAI's own client reading it."""
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import openai
 import pytest
 from fastapi.testclient import TestClient
 
@@ -84,7 +85,6 @@ def test_concurrent_chats_are_batched_and_each_answered(client):
 
 
 def test_the_openai_client_reads_it(smollm2):
-    openai = pytest.importorskip("openai")
     import httpx
 
     model, tokenizer = smollm2

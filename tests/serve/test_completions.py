@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
+import openai
 from prometheus_client.parser import text_string_to_metric_families
 
 from tformer.generate import generate
@@ -110,7 +110,6 @@ def test_health(dec):
 
 
 def test_openai_client(dec):
-    openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{dec.url}/v1", api_key="unused", max_retries=0)
     answer = client.completions.create(model="tiny-dec", prompt="to be", max_tokens=6, temperature=0)
     assert answer.choices[0].finish_reason in ("length", "stop")

@@ -31,3 +31,29 @@ def test_an_orphan_in_its_own_session_neither_blocks_nor_survives():
         time.sleep(0.1)
     else:
         raise AssertionError(f"the orphan {pid} is still running")
+
+
+def test_a_collective_s_tensor_outlives_its_caller(tmp_path):
+    """What keeps a two-rank run from hanging at exit (tformer/train/distributed.py): the tensor a collective reduced
+    is still referenced after the caller dropped it, so gloo's worker never releases a Python object (which needs
+    the GIL the group's destructor holds while joining the worker)."""
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+
+    from tformer.train import distributed
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        t = torch.ones(3)
+        alive = weakref.ref(t)
+        distributed._all_reduce(t, dist.ReduceOp.SUM)
+        del t
+        assert alive() is not None
+        for _ in range(distributed.HELD):
+            distributed._all_reduce(torch.ones(1), dist.ReduceOp.SUM)
+        assert alive() is None  # bounded: only the latest are held
+    finally:
+        distributed.shutdown()
+    assert not dist.is_initialized()

@@ -18,7 +18,7 @@ import sys
 from tformer import __version__
 from tformer.cli._checks import check_arguments
 from tformer.core.atomic import known_os_error, os_error_message
-from tformer.core.errors import TformerError
+from tformer.core.errors import TformerError, error_line
 
 # Commands listed here come first in --help, in this order; any other module in
 # tformer/cli/ follows alphabetically.
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         check_arguments(args._parser, args, args._numbers)
         return int(args._run(args) or 0)
     except TformerError as exc:
-        print(f"tformer {args.command}: error: {exc}", file=sys.stderr)
+        print(error_line(f"tformer {args.command}: error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tformer {args.command}: interrupted", file=sys.stderr)
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         # cause and the fix. An OSError without a known cause is a bug and keeps its traceback.
         if not known_os_error(exc):
             raise
-        print(f"tformer {args.command}: error: {os_error_message(exc)}", file=sys.stderr)
+        print(error_line(f"tformer {args.command}: error: {os_error_message(exc)}"), file=sys.stderr)
         return 2
 
 

@@ -6,7 +6,8 @@ Three rules for every command, so a new flag is covered the day it is added:
 - a flag that names a preset, a model, a corpus, a device or a file is not empty, blank, '.' where a folder is
   no answer, or holding a control character;
 - no number is nan, and no whole number is past 64 bits (no count tformer takes comes near).
-Then a command's own ranges: its module's NUMBERS, {dest: tformer.core.inputs.Bounds}.
+Then a command's own ranges: its module's NUMBERS, {dest: tformer.core.inputs.Bounds}, and every seed flag's
+(a whole number in [0, 2**64 - 1]).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ NAMES = {
     "name": ("a corpus name, or a text file or folder", True),
 }
 INT_LIMIT = 2 ** 64  # a seed takes up to 2**64 - 1; every count is far below
+# Every seed flag (--seed, --data-seed, ...): what torch's and numpy's generators both take.
+SEED = Bounds(0, INT_LIMIT - 1, integer=True, note="a seed")
 
 
 def flag_names(parser) -> dict[str, str]:
@@ -53,6 +56,7 @@ def flag_names(parser) -> dict[str, str]:
 def check_arguments(parser, args, numbers: dict[str, Bounds]) -> None:
     """Raise one TformerError, naming the flag, for the first argument the rules above refuse."""
     flags = flag_names(parser)
+    numbers = {**{d: SEED for d in flags if d == "seed" or d.endswith("_seed")}, **numbers}
     for dest, flag in flags.items():
         value = getattr(args, dest, None)
         if dest in numbers and not isinstance(value, str):

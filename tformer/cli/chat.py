@@ -16,6 +16,7 @@ import sys
 from tformer.cli._source import add_source_arguments, load_model
 from tformer.cli.generate import add_decoding_arguments, generation_config
 from tformer.core.errors import TformerError
+from tformer.core.inputs import open_stream
 
 NAME = "chat"
 HELP = "Chat with a model in the terminal through its chat template (streamed replies, /reset, /system, /exit)."
@@ -32,6 +33,8 @@ def run(args) -> int:
     # deferred: torch and the model load only when this command runs
     from tformer.generate.chat import Chat
 
+    open_stream(sys.stdin, instead="chat reads your messages there: run it in a terminal, or pipe the messages in "
+                "one a line (`tformer generate --chat TEXT` sends one)")
     settings = generation_config(args)
     if settings.num_beams > 1:
         raise TformerError("chat streams its replies; beam search picks its output at the end: use --num-beams 1")

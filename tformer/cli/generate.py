@@ -48,7 +48,8 @@ def add_decoding_arguments(parser, default_max: int) -> None:
                         help="beam search: stop when K hypotheses are done (true), when none can improve (false), "
                              "or only on the exact bound (never)")
     parser.add_argument("--stop-ids", default=None, metavar="IDS",
-                        help="comma-separated stop token ids (default: the model's EOS; '' = none)")
+                        help="comma-separated stop token ids (default: the model's EOS; '' = none; with --chat "
+                             "and `tformer chat`, added to the template's end-of-turn tokens)")
     parser.add_argument("--seed", type=int, default=None, help="seed the sampler for reproducible output")
     parser.add_argument("--batch", type=int, default=1, metavar="N", help="repeat a single prompt N times")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix at every step")
@@ -113,7 +114,8 @@ def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[s
     if getattr(args, "prompt_ids", None):
         rows = [parse_ids(t, "--prompt-ids") for t in args.prompt_ids]
     else:
-        texts = args.prompt if args.prompt is not None else [read_stream(sys.stdin)]
+        texts = args.prompt if args.prompt is not None else [
+            read_stream(sys.stdin, instead="give --prompt TEXT (or --prompt-ids), or pipe the prompt in")]
         if tokenizer is None:
             raise TformerError(f"this checkpoint has no tokenizer, so a text {what} cannot be encoded; "
                                "pass token ids with --prompt-ids 1,2,3")

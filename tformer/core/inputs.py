@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
 
-__all__ = ["Bounds", "check_name", "check_text", "decode_text", "first_bad_text", "number", "read_stream", "shown",
+__all__ = ["Bounds", "check_name", "check_text", "decode_text", "first_bad_text", "number", "open_stream", "read_stream", "shown",
            "whole"]
 
 TEXT_FIX = "give UTF-8 text (convert it with e.g. `iconv -f latin1 -t utf-8`)"
@@ -53,14 +53,25 @@ def decode_text(data: bytes, where: str, *, fix: str = TEXT_FIX) -> str:
                            f"{fix}") from None
 
 
-def read_stream(stream, where: str = "standard input") -> str:
+def read_stream(stream, where: str = "standard input", instead: str = "") -> str:
     """All of ``stream`` as checked text: its bytes when it has them (a real stdin), else its text (a test's
     StringIO), which is checked the same way. Line ends come as a text stream gives them ("\\r\\n" and "\\r"
-    read as "\\n"), so a file saved on Windows prompts the same as one saved here."""
+    read as "\\n"), so a file saved on Windows prompts the same as one saved here. A closed stream (a shell's
+    ``0<&-`` leaves sys.stdin None) is one TformerError naming ``instead``, what to give in its place."""
+    open_stream(stream, where, instead)
     raw = getattr(stream, "buffer", None)
     if raw is None:
         return check_text(stream.read(), where)
     return decode_text(raw.read(), where).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def open_stream(stream, where: str = "standard input", instead: str = ""):
+    """``stream`` if it can be read, else one TformerError: a process started with its standard input closed
+    gets None for sys.stdin, a stream closed under us raises on every call."""
+    if stream is None or getattr(stream, "closed", False):
+        raise TformerError(f"{where} is closed, so there is nothing to read; " + (instead or f"give {where} a file "
+                           "or a pipe"))
+    return stream
 
 
 def check_name(value: str, where: str, *, folder_ok: bool = True, expected: str = "a name or a path") -> str:
@@ -89,8 +100,11 @@ def shown(value) -> str:
 
 
 def _bound(x) -> str:
-    """1e15, not 1000000000000000 or 1e+15."""
+    """1e15, not 1000000000000000 or 1e+15; a whole bound that is no round power, exactly (a seed's
+    18446744073709551615)."""
     if isinstance(x, int) and abs(x) < 10 ** 6:
+        return str(x)
+    if isinstance(x, int) and str(abs(x)).rstrip("0") != "1":
         return str(x)
     text = f"{float(x):g}"
     return text.replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")

@@ -96,6 +96,14 @@ class Chat:
     def __post_init__(self):
         self.template = self.template or template_for(self.tokenizer)
         self.stops = stop_ids(self.tokenizer, self.model.config.eos_token_id)
+        asked = self.settings.stop_tokens  # the caller's own (--stop-ids) end a reply too, beside end of turn
+        asked = [asked] if isinstance(asked, int) else list(asked or [])
+        vocab = self.model.config.vocab_size
+        bad = next((t for t in asked if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise TformerError(f"stop token id {bad!r} is outside the vocabulary [0, {vocab}); give ids the model's "
+                               "tokenizer produces")
+        self.stops += [t for t in dict.fromkeys(asked) if t not in self.stops]
         if not self.stops:
             raise TformerError("the model has no end-of-sequence or end-of-turn token, so a reply would never end; "
                                "give a chat model")
