@@ -7,7 +7,9 @@ What is measured (CPU, fp32 activations, greedy decode through tformer.generate)
   1. gpt2 (124M preset, random weights: speed does not depend on the values) at batch 1: a 32-token prompt,
      then 64 new tokens; decode tokens/s = 63 / (time of 64 new tokens - time of 1), median of --runs, for
      fp32, PyTorch's dynamic int8 (torch.ao quantize_dynamic: the baseline), tformer's int8 (one scale per
-     row) and int4 (groups of 32, 64, 128). Beside each: the model's bytes (state dict, tied tensors once)
+     row) and int4 (groups of 32, 64, 128), each on torch's packed CPU kernels over bf16 activations (the
+     --bf16-kernel path: the speed this bench is about; a quantized model's default path widens its weights at
+     each product, tformer.model.quantized). Beside each: the model's bytes (state dict, tied tensors once)
      and the ledger's predicted decode speed-up over fp32 (the decode roofline on this machine's measured
      profile, `tformer bench`, as `tformer count` uses it; the spec table's roof where none is saved).
   2. a char-small model trained here on the Shakespeare corpus for --steps steps, then its validation loss
@@ -33,6 +35,7 @@ from tformer.cost.roofline import roofline
 from tformer.generate import generate
 from tformer.machine import resolve_hardware
 from tformer.model import build, runner_for
+from tformer.model.quantized import kernels, use_path
 from tformer.train import TrainArgs, Trainer, base_config, build_run
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,7 +72,10 @@ def variant(model, kind, group):
         return model
     if kind == "dynamic":
         return dynamic_int8(model)
-    return quantize_model(model, kind, group)
+    quantized = quantize_model(model, kind, group)
+    if kernels()[8 if kind == "int8" else 4]:
+        use_path(quantized, "kernel")  # the kernels' speed; the default path widens the weights per product
+    return quantized
 
 
 def decode_rate(model, prompt: int, new: int, runs: int) -> float:

@@ -51,7 +51,8 @@ def table() -> str:
         if "gpu_check" in doc:  # a GPU record (bench/gpu_check.sh): `tformer report` lists those
             continue
         m = doc["machine"]
-        dates = sorted({doc[s]["date"] for s in ("decode_speed", "train_throughput") if s in doc})
+        dates = sorted({doc[s]["date"] + (f" (commit {doc[s]['commit']})" if doc[s].get("commit") else "")
+                        for s in ("decode_speed", "train_throughput") if s in doc})
         cpu = f"{m['cpu']}, {m['physical_cores']} cores ({' '.join(m['isa']) or 'baseline'}; {m['blas']}; " \
               f"{m['threads']} threads)"
         lines.append(f"| {cpu} | {', '.join(dates)} | {_decode_cell(_decode(doc, 'gpt2', 1))} "

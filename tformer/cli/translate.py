@@ -52,7 +52,8 @@ def run(args) -> int:
     if args.source_ids:
         rows = [parse_ids(t, "--source-ids") for t in args.source_ids]
     else:
-        texts = args.sentences or [line for line in read_stream(sys.stdin, instead="give the sentences as arguments, or pipe them in one a line").splitlines() if line.strip()]
+        texts = args.sentences or [line for line in read_stream(
+            sys.stdin, instead="give the sentences as arguments, or pipe them in one a line").splitlines() if line.strip()]
         if not texts:
             raise TformerError("no source sentences: pass them as arguments or one per line on stdin")
         if src_tok is None:
