@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # llama.cpp's tools for bench/llamacpp.py, built once from the llama.cpp that the llama-cpp-python sdist vendors
 # (PyPI is the one registry reachable here; the sdist is pinned by hash). About 6 minutes on 2 cores (AMD EPYC,
-# 2026-12-07: the download seconds, cmake and ninja for the four tools); the build lives in the cache, outside the
-# repository, and CI never runs it.
+# 2026-12-07: the sdist's download takes seconds; ninja's last 154 of 220 steps took 4.2 min on a quiet machine);
+# the build lives in the cache, outside the repository, and CI never runs it.
 #
 #   bash bench/build_llamacpp.sh            # -> ~/.cache/llamacpp/.../build/bin/llama-{bench,perplexity,server,cli}
 set -euo pipefail

@@ -1,7 +1,7 @@
 """tformer against llama.cpp on the same GGUF file (SmolLM2-135M-Instruct, Q4_1 layers and a Q8_0 token table; or
 Gemma 3 270M, Q4_K_M), beside the read-bandwidth roofline and the ledger's prediction, all measured in one run.
 
-    bash bench/build_llamacpp.sh                # once: llama.cpp's tools from the llama-cpp-python sdist (~25 min)
+    bash bench/build_llamacpp.sh                # once: llama.cpp's tools from the llama-cpp-python sdist (~6 min)
     python bench/llamacpp.py                    # speed, perplexity (20 chunks), llama.cpp reading tformer's GGUF
     python bench/llamacpp.py --ppl-chunks 0     # the whole WikiText-2 test split (592 chunks: about an hour)
     python bench/llamacpp.py --gguf gemma3-270m --skip export   # Gemma 3: its Q4_K_M mix kept matrix by matrix
