@@ -124,6 +124,14 @@ def _alone(model, prompt, stops) -> list[int]:
     return [t for t in out if t not in stops]
 
 
+def _chat_reply(client, question: str, max_tokens: int) -> str:
+    """One user message through /v1/chat/completions, greedy: the reply's text."""
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": question}],
+                                                  "temperature": 0, "max_tokens": max_tokens})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"]
+
+
 def _served(model, prompts, stops, max_batch=32, compile=False) -> list[list[int]]:
     """Every prompt submitted at once, then the loop started: they share rounds of prefill and decode."""
     batcher = ContinuousBatcher(model, max_batch=max_batch, compile=compile)
@@ -184,10 +192,7 @@ def test_the_http_endpoints_answer_what_chat_and_generate_answer(tok, fp32, mode
     want_text = [tok.decode(_alone(model, prompt_ids(tok, t), [tok.eos_id]), skip_special=True) for t in TEXTS]
     with TestClient(create_app(model, tok, name="tiny", settings=ServeSettings(max_batch=32))) as client:
         def chat(q):
-            r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": q}],
-                                                          "temperature": 0, "max_tokens": NEW})
-            assert r.status_code == 200, r.text
-            return r.json()["choices"][0]["message"]["content"]
+            return _chat_reply(client, q, NEW)
 
         def complete(t):
             r = client.post("/v1/completions", json={"prompt": t, "temperature": 0, "max_tokens": NEW})
@@ -210,6 +215,7 @@ def test_the_http_endpoints_answer_what_chat_and_generate_answer(tok, fp32, mode
 
 
 @pytest.mark.slow
+@pytest.mark.torch_behaviour  # torch.compile's graph, on both ends of the supported torch range
 @pytest.mark.parametrize("mode", ["fp32", "mixed"])
 def test_compiled_serving_equals_compiled_generate(tok, fp32, models, mode):
     model = _get(models, fp32, mode)
@@ -265,10 +271,7 @@ def _served_chat(model, tokenizer, questions, max_tokens=24) -> list[str]:
     """Each question alone, then all at once: the two answers must agree before either is returned."""
     with TestClient(create_app(model, tokenizer, name="smollm2", settings=ServeSettings(max_batch=32))) as client:
         def chat(q):
-            r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": q}],
-                                                          "temperature": 0, "max_tokens": max_tokens})
-            assert r.status_code == 200, r.text
-            return r.json()["choices"][0]["message"]["content"]
+            return _chat_reply(client, q, max_tokens)
 
         alone = [chat(q) for q in questions]
         with ThreadPoolExecutor(len(questions)) as pool:
