@@ -6,8 +6,8 @@ group's worker thread destroys after the work completes, a moment after the call
 dropped the tensor by then, the work holds its last reference, and destroying it means releasing the Python object:
 the worker must take the GIL. The process group's destructor joins its worker threads while holding the GIL (it
 runs when the last Python reference to the group goes: destroy_process_group, or DDP's Reducer at exit). A worker
-that reached its last work's destructor after that point waits for the GIL forever, and the rank never exits: two
-of five two-rank runs here on two loaded cores (py-spy: the main thread in ProcessGroupGloo::~ProcessGroupGloo ->
+that reached its last work's destructor after that point waits for the GIL forever, and the rank never exits: three
+of five two-rank DDP runs here on two loaded cores (py-spy: the main thread in ProcessGroupGloo::~ProcessGroupGloo ->
 std::thread::join, a worker in AsyncAllreduceWork::~AsyncAllreduceWork -> gil_scoped_acquire). So every tensor
 tformer hands to a collective stays referenced here (the last HELD of them), so a worker never releases its Python
 object; and ``shutdown`` meets the other ranks at a barrier, whose call releases the GIL while the workers finish
