@@ -139,4 +139,4 @@ def test_stop_ids_end_a_chat_reply_beside_the_end_of_turn(smollm2, capsys, monke
     assert replies[0] == "The capital of France is" and len(replies) >= 2 and replies[1].strip()
     assert main(["chat", *argv[:-1], "999999"]) == 2
     err = capsys.readouterr().err
-    assert "stop token id 999999 is outside the vocabulary [0, 49152)" in err and err.count("\n") == 1
+    assert "stop token 999999 is outside the vocabulary [0, 49152)" in err and err.count("\n") == 1

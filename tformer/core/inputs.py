@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from tformer.core.errors import TformerError
 
-__all__ = ["Bounds", "check_name", "check_text", "decode_text", "first_bad_text", "number", "open_stream", "read_stream", "shown",
-           "whole"]
+__all__ = ["Bounds", "check_name", "check_text", "decode_text", "first_bad_text", "number", "open_stream",
+           "read_stream", "shown", "whole"]
 
 TEXT_FIX = "give UTF-8 text (convert it with e.g. `iconv -f latin1 -t utf-8`)"
 _ESCAPED = range(0xDC80, 0xDD00)  # surrogateescape's stand-ins for the bytes 0x80-0xff

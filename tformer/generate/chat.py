@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from tformer.core.errors import TformerError
 from tformer.data.chat_template import ChatTemplate, chat_template_for
-from tformer.generate.search import GenerationConfig, generate
+from tformer.generate.search import GenerationConfig, check_stop_ids, generate
 
 # End-of-turn tokens of the common templates: ChatML (SmolLM, Qwen), Llama 3, Gemma. A reply stops at whichever
 # of these the vocabulary has as a single token, and at the model's EOS.
@@ -96,13 +96,10 @@ class Chat:
     def __post_init__(self):
         self.template = self.template or template_for(self.tokenizer)
         self.stops = stop_ids(self.tokenizer, self.model.config.eos_token_id)
-        asked = self.settings.stop_tokens  # the caller's own (--stop-ids) end a reply too, beside end of turn
-        asked = [asked] if isinstance(asked, int) else list(asked or [])
-        vocab = self.model.config.vocab_size
-        bad = next((t for t in asked if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab), None)
-        if bad is not None:
-            raise TformerError(f"stop token id {bad!r} is outside the vocabulary [0, {vocab}); give ids the model's "
-                               "tokenizer produces")
+        # The caller's own stop ids (--stop-ids) end a reply too, beside end of turn; checked here, before the first
+        # message, since `tformer chat` reports a failed send and goes on.
+        asked = self.settings.stop_tokens
+        asked = check_stop_ids([asked] if isinstance(asked, int) else asked or [], self.model.config.vocab_size)
         self.stops += [t for t in dict.fromkeys(asked) if t not in self.stops]
         if not self.stops:
             raise TformerError("the model has no end-of-sequence or end-of-turn token, so a reply would never end; "

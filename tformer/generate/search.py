@@ -204,11 +204,18 @@ def _stop_matrix(stop_tokens, batch: int, vocab: int, device) -> torch.Tensor:
     rows = [list(s) for s in stop_tokens] if per_row else [list(stop_tokens)] * batch
     matrix = torch.zeros(batch, vocab, dtype=torch.bool)
     for b, ids in enumerate(rows):
-        for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
-                raise TformerError(f"stop token {t!r} is outside the vocabulary [0, {vocab})")
+        for t in check_stop_ids(ids, vocab):
             matrix[b, t] = True
     return matrix.to(device)
+
+
+def check_stop_ids(ids, vocab: int) -> list[int]:
+    """``ids`` as a list if every one is a token id of the vocabulary, else one TformerError naming the first not."""
+    ids = list(ids)
+    bad = next((t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab), None)
+    if bad is not None:
+        raise TformerError(f"stop token {bad!r} is outside the vocabulary [0, {vocab})")
+    return ids
 
 
 # Strategies ---------------------------------------------------------------------------------

@@ -106,7 +106,8 @@ def measure(ctx) -> dict:
     ids = tok.encode(get_corpus("wikitext2").text("test")[:20_000])
     bos = tok.bos_id if getattr(tok, "add_bos", False) else None  # llama-perplexity's BOS per chunk (Gemma)
     ppl = perplexity(model, [bos, *ids] if bos is not None else ids, ctx=512, bos_id=bos, max_chunks=PPL_CHUNKS)
-    return {"real": real, "model": model, "tokenizer": tok, "file_formats": file_formats, "load_s": loaded, "reply": reply, "finish": finish,
+    return {"real": real, "model": model, "tokenizer": tok, "file_formats": file_formats, "load_s": loaded,
+            "reply": reply, "finish": finish,
             "maps": maps, "decode_tokens_per_s": run.decode_tokens_per_s,
             "prefill_tokens_per_s": run.prefill_tokens_per_s, "prompt_tokens": len(prompt),
             "perplexity": ppl.perplexity, "ppl_chunks": ppl.chunks, "seconds": time.perf_counter() - started}
