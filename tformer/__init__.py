@@ -9,7 +9,7 @@ from tformer.core.errors import TformerError
 from tformer.interop.config import load_config
 
 # `import tformer` stays torch-free: these names load their modules (and torch) on first use.
-_LAZY = {"load_hf": "tformer.interop.hf", "save_hf": "tformer.interop.hf"}
+_LAZY = {"load_hf": "tformer.interop.hf", "save_hf": "tformer.interop.hf", "load_gguf": "tformer.interop.gguf_model"}
 
 
 def build_model(config, device=None, dtype=None):
@@ -25,5 +25,5 @@ def __getattr__(name):
     return getattr(importlib.import_module(_LAZY[name]), name)
 
 
-__all__ = ["ModelConfig", "preset", "preset_names", "load_config", "build_model", "load_hf", "save_hf",
-           "TformerError", "__version__"]
+__all__ = ["ModelConfig", "TformerError", "__version__", "build_model", "load_config", "load_gguf", "load_hf", "preset",
+           "preset_names", "save_hf"]

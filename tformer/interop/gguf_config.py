@@ -15,13 +15,11 @@ import numpy as np
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 from tformer.data.gguf_models import PACKAGED_GGUF, gguf_path
+from tformer.interop.gguf_families import READS, GgufFamily, gguf_family
 from tformer.interop.gguf_file import GGUFFile, open_gguf
 from tformer.interop.hf_config import config_from_hf
 
-ARCHITECTURES = ("llama", "gemma3")  # general.architecture values tformer reads
-# What a gemma3 file leaves to the reader (llama.cpp fixes them for the architecture): the sliding layers' RoPE base
-# and the period of global layers (every sixth).
-GEMMA3_LOCAL_THETA, GEMMA3_PERIOD = 10_000.0, 6
+ARCHITECTURES = READS  # general.architecture values tformer reads (a record each in gguf_families)
 
 
 def resolve_gguf(name_or_path: str | Path) -> Path:
@@ -55,13 +53,15 @@ def _meta(f: GGUFFile, key: str, kind: type, default=None, low=None):
     return value
 
 
+def reading_family(f: GGUFFile) -> GgufFamily:
+    """The record of the file's architecture, or the one-line refusal naming those tformer reads."""
+    return gguf_family(f.metadata.get("general.architecture"), "reads", f"GGUF file {f.path}")
+
+
 def hf_config_from_gguf(f: GGUFFile) -> dict:
     """The Hugging Face config.json (as a dict) equivalent to the file's metadata."""
-    arch = f.metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
-        shown = arch if isinstance(arch, str) and len(arch) < 40 else type(arch).__name__
-        raise TformerError(f"GGUF file {f.path} holds a '{shown}' model; tformer reads: {', '.join(ARCHITECTURES)}")
-    a = f"{arch}."
+    family = reading_family(f)
+    a = f"{family.name}."
     heads = _meta(f, a + "attention.head_count", int, low=1)
     hidden = _meta(f, a + "embedding_length", int, low=1)
     tokens = f.metadata.get("tokenizer.ggml.tokens")
@@ -76,7 +76,7 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
     if scaling not in ("none", None):
         raise TformerError(f"GGUF file {f.path}: RoPE scaling '{scaling}' is not supported yet (only plain RoPE)")
     config = {
-        "model_type": "llama" if arch == "llama" else "gemma3_text",
+        "model_type": family.hf_model_type,
         "_name_or_path": f.metadata.get("general.name") or f.path.stem,
         "num_hidden_layers": _meta(f, a + "block_count", int, low=1),
         "hidden_size": hidden,
@@ -88,16 +88,10 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
         "max_position_embeddings": _meta(f, a + "context_length", int, low=1),
         "vocab_size": vocab,
         "tie_word_embeddings": "output.weight" not in f.tensors,
-        "hidden_act": "silu" if arch == "llama" else "gelu_pytorch_tanh",
+        "hidden_act": family.hidden_act,
     }
-    if arch == "gemma3":
-        n = config["num_hidden_layers"]
-        head_dim = _meta(f, a + "attention.key_length", int, low=1)
-        config.update(
-            head_dim=head_dim, query_pre_attn_scalar=head_dim, sliding_window=_meta(f, a + "attention.sliding_window", int, low=1),
-            layer_types=["full_attention" if (i + 1) % GEMMA3_PERIOD == 0 else "sliding_attention" for i in range(n)],
-            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": config.pop("rope_theta")},
-                             "sliding_attention": {"rope_type": "default", "rope_theta": GEMMA3_LOCAL_THETA}})
+    if family.read_config is not None:  # the family's own keys, read as checked as the common ones
+        family.read_config(lambda key, kind, default=None, low=None: _meta(f, a + key, kind, default, low), config)
     key_length = f.metadata.get(a + "attention.key_length")
     if key_length is not None:
         config["head_dim"] = _meta(f, a + "attention.key_length", int, low=1)
@@ -126,4 +120,4 @@ def gguf_name(name_or_path: str | Path, path: Path) -> str:
     return str(name_or_path) if str(name_or_path) in PACKAGED_GGUF else path.stem
 
 
-__all__ = ["ARCHITECTURES", "config_from_gguf", "gguf_name", "hf_config_from_gguf", "resolve_gguf"]
+__all__ = ["ARCHITECTURES", "config_from_gguf", "gguf_name", "hf_config_from_gguf", "reading_family", "resolve_gguf"]

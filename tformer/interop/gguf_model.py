@@ -10,7 +10,8 @@ Q5_0, Q4_K and Q6_K matrices, kept in their blocks and run by tformer's block Li
 What llama.cpp's converter changed is undone here, as transformers' GGUF loader does: LLaMA-family Q and K
 rows were permuted so that llama.cpp can rotate consecutive pairs; tformer rotates the two halves of a head
 (as Hugging Face does), so the rows go back. A file without ``output.weight`` ties the head to the embedding.
-The config comes from gguf_config, which checks every metadata value before a model is built.
+The config comes from gguf_config, which checks every metadata value before a model is built; the tensor names,
+which rows were permuted and how norms are stored come from the family's record (gguf_families).
 """
 
 from __future__ import annotations
@@ -22,45 +23,22 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.core.quant_formats import layer_entry
-from tformer.interop.gguf_config import gguf_name, hf_config_from_gguf, resolve_gguf
+from tformer.interop.gguf_config import gguf_name, hf_config_from_gguf, reading_family, resolve_gguf
+from tformer.interop.gguf_families import GgufFamily, GgufTensor
 from tformer.interop.gguf_file import GGUFFile, open_gguf
 from tformer.interop.gguf_quants import KEPT, block_parts, dequantize
 from tformer.interop.gguf_tokenizer import tokenizer_from_gguf
 from tformer.interop.hf import model_from_hf
 
-# GGUF tensor names -> Hugging Face's (LLaMA family), per layer and for the whole model.
-_LAYER = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
-# Gemma 3's layers: q/k norms and a norm before and after each sublayer (llama.cpp's "ffn_norm" is the one before
-# the MLP); no Q/K permutation (its converter leaves Gemma's half-split rotation alone).
-_GEMMA3_LAYER = {**{k: v for k, v in _LAYER.items() if k != "ffn_norm.weight"},
-                 "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
-                 "post_attention_norm.weight": "post_attention_layernorm.weight",
-                 "ffn_norm.weight": "pre_feedforward_layernorm.weight",
-                 "post_ffw_norm.weight": "post_feedforward_layernorm.weight"}
-_LAYERS = {"llama": _LAYER, "gemma3_text": _GEMMA3_LAYER}
-_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-           "output.weight": "lm_head.weight"}
-
-
 # load_gguf's choices: blocks kept where tformer runs them, all fp32, or auto: kept where the file's block types are
 # ones tformer keeps, else fp32 with a note (a Q4_0 or Q5_K file)
 WEIGHTS = ("auto", "keep", "dequantize")
-# The GGUF Linears of a LLaMA-family layer -> our module names under decoder.layers.{i}.
-_OUR_LINEAR = {"attn_q": "attn.q_proj", "attn_k": "attn.k_proj", "attn_v": "attn.v_proj", "attn_output": "attn.o_proj",
-               "ffn_gate": "mlp.gate", "ffn_up": "mlp.up", "ffn_down": "mlp.down"}
+# The GGUF Linears a layer may keep in blocks (their module names under decoder.layers.{i} are the family's)
 _ROLES = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o", "ffn_gate": "gate", "ffn_up": "up",
           "ffn_down": "down"}  # config.quantize_layers' names for them
 _FLOAT_TYPES = ("F32", "F16", "BF16")
+# a permuted row's ModelConfig head-count field -> the Hugging Face config key the reader has it under
+_HF_HEADS = {"n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads"}
 
 
 def unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -75,36 +53,34 @@ def unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
 def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of the file, dequantized to fp32, under its Hugging Face name; those named in ``kept``
     (GGUF name -> our module) are meta tensors of their shape, for the caller to fill from the blocks."""
-    n_layers, family = hf_config["num_hidden_layers"], hf_config["model_type"]
-    heads, kv_heads = hf_config["num_attention_heads"], hf_config["num_key_value_heads"]
+    n_layers, family = hf_config["num_hidden_layers"], reading_family(f)
     sd = {}
     for name, info in f.tensors.items():
-        hf = _hf_name(f, name, n_layers, family)
+        hf, row = _hf_name(f, name, n_layers, family)
         if kept and name in kept:  # token_embd kept is the tied head's, whose blocks the lookup reads too
             sd[hf] = torch.empty(info.shape, device="meta")
             continue
         w = dequantize(f.raw(name), info.ggml_type, info.shape)
-        if family == "llama" and hf.endswith("q_proj.weight"):
-            w = unpermute(w, heads)
-        elif family == "llama" and hf.endswith("k_proj.weight"):
-            w = unpermute(w, kv_heads)
-        elif family == "gemma3_text" and name.endswith("norm.weight"):
-            w = w - 1.0  # llama.cpp stores Gemma's scale 1 + w whole; ours (as transformers') holds w
+        if row.permute:
+            w = unpermute(w, hf_config[_HF_HEADS[row.permute]])
+        elif family.norm_offset and name.endswith("norm.weight"):
+            w = w - family.norm_offset  # llama.cpp stores Gemma's scale 1 + w whole; ours (as transformers') holds w
         sd[hf] = w
     return sd
 
 
-def _hf_name(f: GGUFFile, name: str, n_layers: int, family: str = "llama") -> str:
-    if name in _GLOBAL:
-        return _GLOBAL[name]
-    layer = _LAYERS[family]
-    what = "llama" if family == "llama" else "gemma3"
+def _hf_name(f: GGUFFile, name: str, n_layers: int, family: GgufFamily) -> tuple[str, GgufTensor]:
+    """Hugging Face's name of the file's tensor ``name``, and its row in the family's record."""
+    if name in family.hf_model:
+        row = family.hf_model[name]
+        return row.hf, row
+    layer, what = family.hf_layer, family.name
     if name.startswith("blk.") and name.count(".") >= 2:
         index, _, rest = name[4:].partition(".")
         if not index.isdigit() or int(index) >= n_layers or rest not in layer:
             raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a {what} model with "
                                f"{n_layers} layers; the file is damaged or of another architecture")
-        return f"model.layers.{int(index)}.{layer[rest]}"
+        return f"model.layers.{int(index)}.{layer[rest].hf}", layer[rest]
     if name == "rope_freqs.weight":
         raise TformerError(f"GGUF file {f.path} carries rope_freqs (llama 3's RoPE scaling), which tformer "
                            "does not support yet")
@@ -117,13 +93,16 @@ def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict]:
     quantize (one format for every layer's Linears, or "mixed" with quantize_layers giving each its own, as a
     llama.cpp "Q4_K_M" file mixes Q5_0, Q4_K, Q6_K and Q8_0) and quantize_head for the LM head. Float matrices
     stay float; a block type tformer does not keep is refused with the way out."""
+    modules = {t.gguf.removesuffix(".weight"): t.ours[0].removesuffix(".weight")
+               for t in reading_family(f).layer if t.gguf.removesuffix(".weight") in _ROLES}
     layers: dict[str, str] = {}
     formats: dict[int, dict[str, str]] = {}
     for name in f.tensors:
         index, _, rest = name.removeprefix("blk.").partition(".")
-        role = _ROLES.get(rest.removesuffix(".weight")) if rest.endswith(".weight") else None
+        stem = rest.removesuffix(".weight")
+        role = _ROLES.get(stem) if rest.endswith(".weight") and stem in modules else None
         if name.startswith("blk.") and index.isdigit() and role:
-            layers[name] = f"decoder.layers.{int(index)}.{_OUR_LINEAR[rest.removesuffix('.weight')]}"
+            layers[name] = f"decoder.layers.{int(index)}.{modules[stem]}"
             formats.setdefault(int(index), {})[role] = _format(f, name, "layers' matrices")
     head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
     head_format = _format(f, head, "LM head")
@@ -157,14 +136,13 @@ def _format(f: GGUFFile, name: str, what: str) -> str:
 
 def _fill_blocks(model, f: GGUFFile, kept: dict[str, str], hf_config: dict) -> None:
     """Each kept Linear's buffers from its tensor's blocks, Q and K rows unpermuted as the fp32 path does."""
-    heads = {"attn.q_proj": hf_config["num_attention_heads"], "attn.k_proj": hf_config["num_key_value_heads"]}
-    if hf_config["model_type"] != "llama":  # only the LLaMA family's Q and K rows were permuted
-        heads = {}
+    # the family's permuted rows (LLaMA's Q and K; none for Gemma 3) by their GGUF name within a layer
+    permuted = {t.gguf: hf_config[_HF_HEADS[t.permute]] for t in reading_family(f).layer if t.permute}
     with torch.no_grad():
         for name, module_name in kept.items():
             info = f.tensors[name]
             parts = block_parts(f.raw(name), info.ggml_type, info.shape)
-            n_head = next((h for suffix, h in heads.items() if module_name.endswith(suffix)), None)
+            n_head = permuted.get(name.split(".", 2)[2]) if name.startswith("blk.") else None
             if n_head:
                 parts = tuple(unpermute(p, n_head) for p in parts)
             model.get_submodule(module_name).set_blocks(*parts)

@@ -3,7 +3,8 @@
     result = save_gguf(model, "shakespeare.q8_0.gguf", "q8_0", tokenizer)
     print(result.path, result.bytes, result.tensor_types)      # {"F32": 9, "Q8_0": 11}
 
-Two of llama.cpp's architectures hold what tformer trains:
+Two of llama.cpp's architectures hold what tformer trains (a record each in gguf_families: the tensor names, the
+metadata, which configs each holds):
 
 - ``llama``: a decoder with RoPE, RMSNorm, a SwiGLU MLP and no biases (LLaMA, SmolLM2, a tformer llama). llama.cpp
   rotates consecutive pairs of a head's dimensions where tformer (as Hugging Face) rotates its two halves, so the
@@ -55,6 +56,7 @@ from tformer.core.atomic import atomic_path
 from tformer.core.attention_kinds import EXACT_KINDS
 from tformer.core.errors import TformerError
 from tformer.interop.checkpoint import unwrap
+from tformer.interop.gguf_families import EXPORTS, HEAD, WRITES, GgufFamily, export_refusal, family_for_config
 from tformer.interop.gguf_quants import quantize, quantized_nbytes
 from tformer.interop.gguf_vocab import (
     _carried_entries,
@@ -68,11 +70,8 @@ from tformer.interop.hf_config import config_to_hf
 TYPES = {"f32": "F32", "f16": "F16", "q8_0": "Q8_0", "q4_1": "Q4_1"}
 _FILE_TYPES = {"f32": 0, "f16": 1, "q4_1": 3, "q8_0": 7}  # ALL_F32, MOSTLY_F16, MOSTLY_Q4_1, MOSTLY_Q8_0
 _BLOCK = 32  # values per Q8_0 / Q4_1 block
-ARCHITECTURES = ("llama", "gpt2")
-EXPORTS = ("tformer writes GGUF for llama (RoPE + RMSNorm + SwiGLU decoder, no biases, exact attention) and gpt2 "
-           "(learned positions + LayerNorm decoder)")
+ARCHITECTURES = WRITES  # llama, gpt2
 QUANTIZATION_VERSION = 2  # ggml's GGML_QNT_VERSION, which every quantized llama.cpp file names
-
 
 
 @dataclass
@@ -93,13 +92,17 @@ class GGUFExport:
 # Which architecture, or why none
 
 
-def _refuse(config, what: str) -> TformerError:
-    return TformerError(f"cannot export {config.name} as GGUF: {what}; {EXPORTS}")
+_refuse = export_refusal  # one line: what this config is, then what tformer writes (EXPORTS)
 
 
 def gguf_architecture(config) -> str:
     """The llama.cpp architecture ``config`` is written as (llama or gpt2), or a one-line TformerError naming
     what no GGUF file tformer writes can hold. The config alone is read: a --preset is checked before it is built."""
+    return gguf_export_family(config).name
+
+
+def gguf_export_family(config) -> GgufFamily:
+    """gguf_architecture's family record (gguf_families), or its refusal."""
     if not config.traits.decoder_only:
         raise _refuse(config, f"it is {config.traits.label}")
     if config.task:
@@ -108,35 +111,21 @@ def gguf_architecture(config) -> str:
         raise _refuse(config, f"its Linears hold {config.quantize} weights; export the float model (a GGUF file read "
                               "with --gguf-weights dequantize, or the model before tformer quantize) and pick the "
                               "GGUF --type instead")
-    if config.position == "rope" and config.norm == "rmsnorm":
-        arch = "llama"
-    elif config.position == "learned" and config.norm == "layernorm":
-        arch = "gpt2"
-    else:
-        raise _refuse(config, f"position='{config.position}' with norm='{config.norm}' is neither llama's "
-                              "(rope + rmsnorm) nor gpt2's (learned + layernorm)")
+    family = family_for_config(config)
+    arch = family.name
     if config.attn_impl == "sliding":
         raise _refuse(config, f"sliding-window attention (window {config.attn_window}: Mistral's) has no key in "
                               f"llama.cpp's {arch} architecture, which would attend to the whole context")
     if config.attn_impl not in EXACT_KINDS:
         raise _refuse(config, f"attention kind '{config.attn_impl}' is not the plain softmax attention llama.cpp "
                               f"computes (exact kinds: {', '.join(EXACT_KINDS)})")
-    if arch == "llama":
-        if config.bias:
-            raise _refuse(config, "biases (bias=True): tformer writes llama files without them (llama.cpp's "
-                                  "optional llama biases are neither written nor checked against it yet)")
-        if not (config.gated_mlp and config.activation == "silu"):
-            raise _refuse(config, f"llama.cpp's llama computes a SwiGLU MLP (silu, gated); this one is "
-                                  f"activation='{config.activation}', gated_mlp={config.gated_mlp}")
-        if config.rope_scaling != "none":
-            raise _refuse(config, f"RoPE scaling '{config.rope_scaling}' is not written yet (plain RoPE only)")
-    elif config.activation not in ("gelu_tanh", "gelu"):
-        raise _refuse(config, f"llama.cpp's gpt2 computes GELU; this MLP is activation='{config.activation}'"
-                              + (" (gated)" if config.gated_mlp else ""))
+    why = family.refusal(config) if family.refusal else None
+    if why:
+        raise _refuse(config, why)
     # Every other field (norm placement, a final norm, scaled embeddings, grouped heads on gpt2, ...) against what
     # the Hugging Face family of the same name holds: llama.cpp's llama and gpt2 hold the same models.
     # gpt2's biases are written as zeros when the model has none; the exact attention kinds compute the same
-    plain = config.replace(attn_impl="sdpa", **({"bias": True} if arch == "gpt2" else {}))
+    plain = config.replace(attn_impl="sdpa", **({"bias": True} if family.zero_biases else {}))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dropout rates: a GGUF file is for inference
         try:
@@ -144,7 +133,7 @@ def gguf_architecture(config) -> str:
         except TformerError as exc:
             reason = str(exc).split(": ", 1)[-1] if str(exc).startswith("this model cannot be saved") else str(exc)
             raise _refuse(config, f"llama.cpp's {arch} cannot hold {reason}") from None
-    return arch
+    return family
 
 
 def check_type(ggml_type: str) -> str:
@@ -174,8 +163,8 @@ def _permute(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _plan(model, config, arch: str, ggml_type: str) -> tuple[list[_Tensor], list[str]]:
-    """The tensors to write, in file order, and notes; every tensor of the model must find a place."""
+def _plan(model, config, family: GgufFamily, ggml_type: str) -> tuple[list[_Tensor], list[str]]:
+    """The tensors to write, in the family's file order, and notes; every tensor of the model must find a place."""
     state = {k: v.detach() for k, v in model.state_dict().items()}
     used: set[str] = set()
 
@@ -200,44 +189,19 @@ def _plan(model, config, arch: str, ggml_type: str) -> tuple[list[_Tensor], list
         t = take(ours)
         add(name, lambda: fp32(t), t.shape, matrix)
 
-    def linear(name: str, ours: str) -> None:
-        direct(f"{name}.weight", f"{ours}.weight")
-        rows = state[f"{ours}.weight"].shape[0]
-        add(f"{name}.bias", _bias(state, used, [ours], [rows]), (rows,))
-
-    direct("token_embd.weight", "tok_embed.weight")
-    if arch == "gpt2":
-        # llama.cpp never quantizes the position table (its converter keeps it F32, its quantizer skips it)
-        direct("position_embd.weight", "decoder.positions.weight", matrix=False)
-    for i in range(config.n_layers):
-        o, b = f"decoder.layers.{i}", f"blk.{i}"
-        if arch == "llama":
-            direct(f"{b}.attn_norm.weight", f"{o}.attn_norm.weight")
-            q, k = take(f"{o}.attn.q_proj.weight"), take(f"{o}.attn.k_proj.weight")
-            add(f"{b}.attn_q.weight", lambda q=q: _permute(fp32(q), config.n_heads), q.shape)
-            add(f"{b}.attn_k.weight", lambda k=k: _permute(fp32(k), config.n_kv_heads), k.shape)
-            direct(f"{b}.attn_v.weight", f"{o}.attn.v_proj.weight")
-            direct(f"{b}.attn_output.weight", f"{o}.attn.o_proj.weight")
-            direct(f"{b}.ffn_norm.weight", f"{o}.mlp_norm.weight")
-            direct(f"{b}.ffn_gate.weight", f"{o}.mlp.gate.weight")
-            direct(f"{b}.ffn_up.weight", f"{o}.mlp.up.weight")
-            direct(f"{b}.ffn_down.weight", f"{o}.mlp.down.weight")
+    for name, ours, row in family.expand(config.n_layers, head=False):
+        if row.zero_fill:  # a bias, of one Linear or of several fused: zeros where the model was trained without
+            rows = [state[o.removesuffix("bias") + "weight"].shape[0] for o in ours]
+            add(name, _bias(state, used, [o.removesuffix(".bias") for o in ours], rows), (sum(rows),))
+        elif row.permute:  # llama.cpp's pair order, for the heads its RoPE rotates
+            t, n_head = take(ours[0]), getattr(config, row.permute)
+            add(name, lambda t=t, n=n_head: _permute(fp32(t), n), t.shape)
+        elif len(ours) > 1:  # fused along the rows (gpt2's attn_qkv)
+            parts = [take(o) for o in ours]
+            add(name, lambda parts=parts: torch.cat([fp32(t) for t in parts]),
+                (sum(t.shape[0] for t in parts), parts[0].shape[1]))
         else:
-            direct(f"{b}.attn_norm.weight", f"{o}.attn_norm.weight")
-            direct(f"{b}.attn_norm.bias", f"{o}.attn_norm.bias")
-            qkv = [take(f"{o}.attn.{x}_proj.weight") for x in "qkv"]
-            rows = [t.shape[0] for t in qkv]
-            add(f"{b}.attn_qkv.weight", lambda qkv=qkv: torch.cat([fp32(t) for t in qkv]),
-                (sum(rows), qkv[0].shape[1]))
-            add(f"{b}.attn_qkv.bias", _bias(state, used, [f"{o}.attn.{x}_proj" for x in "qkv"], rows), (sum(rows),))
-            linear(f"{b}.attn_output", f"{o}.attn.o_proj")
-            direct(f"{b}.ffn_norm.weight", f"{o}.mlp_norm.weight")
-            direct(f"{b}.ffn_norm.bias", f"{o}.mlp_norm.bias")
-            linear(f"{b}.ffn_up", f"{o}.mlp.up")
-            linear(f"{b}.ffn_down", f"{o}.mlp.down")
-    direct("output_norm.weight", "decoder.final_norm.weight")
-    if arch == "gpt2":
-        direct("output_norm.bias", "decoder.final_norm.bias")
+            direct(name, ours[0], row.matrix)
     head = state.get("lm_head.weight")
     if head is not None:
         tied = config.tied_embeddings and (head.data_ptr() == state["tok_embed.weight"].data_ptr()
@@ -245,12 +209,12 @@ def _plan(model, config, arch: str, ggml_type: str) -> tuple[list[_Tensor], list
         if tied:
             used.add("lm_head.weight")  # llama.cpp reads a file without output.weight as tied
         else:
-            direct("output.weight", "lm_head.weight")
+            direct(HEAD.gguf, HEAD.ours[0])
     left = [k for k in state if k not in used]
     if left:
         shown = ", ".join(left[:4]) + (f", ... ({len(left) - 4} more)" if len(left) > 4 else "")
-        raise _refuse(config, f"llama.cpp's {arch} has no place for {shown} (a bias where it has none, adapter "
-                              "or LoRA weights: merge them first)")
+        raise _refuse(config, f"llama.cpp's {family.name} has no place for {shown} (a bias where it has none, "
+                              "adapter or LoRA weights: merge them first)")
     notes = []
     if fallback:
         shown = ", ".join(fallback[:3]) + (f" and {len(fallback) - 3} more" if len(fallback) > 3 else "")
@@ -276,8 +240,8 @@ def _bias(state, used: set[str], modules: list[str], sizes: list[int]):
 # Metadata
 
 
-def _model_metadata(config, arch: str, ggml_type: str) -> list[_Entry]:
-    a = f"{arch}."
+def _model_metadata(config, family: GgufFamily, ggml_type: str) -> list[_Entry]:
+    a = f"{family.name}."
     out = [
         _Entry("general.name", str(config.name), "string"),
         _Entry(a + "vocab_size", config.vocab_size, "u32"),
@@ -287,19 +251,8 @@ def _model_metadata(config, arch: str, ggml_type: str) -> list[_Entry]:
         _Entry(a + "feed_forward_length", config.d_ff, "u32"),
         _Entry(a + "attention.head_count", config.n_heads, "u32"),
     ]
-    if arch == "llama":
-        out += [
-            _Entry(a + "attention.head_count_kv", config.n_kv_heads, "u32"),
-            _Entry(a + "attention.layer_norm_rms_epsilon", float(config.norm_eps), "f32"),
-            _Entry(a + "rope.freq_base", float(config.rope_theta), "f32"),
-            # llama.cpp rotates the whole head and checks that the file says so
-            _Entry(a + "rope.dimension_count", config.head_dim, "u32"),
-        ]
-        if config.head_dim * config.n_heads != config.d_model:  # else llama.cpp derives it
-            out += [_Entry(a + "attention.key_length", config.head_dim, "u32"),
-                    _Entry(a + "attention.value_length", config.head_dim, "u32")]
-    else:
-        out.append(_Entry(a + "attention.layer_norm_epsilon", float(config.norm_eps), "f32"))
+    # the family's own keys (head counts, norm epsilon, RoPE), in its order
+    out += [_Entry(a + key, value, kind) for key, value, kind in (family.metadata(config) if family.metadata else [])]
     out += [_Entry("general.file_type", _FILE_TYPES[ggml_type], "u32"),
             _Entry("general.quantization_version", QUANTIZATION_VERSION, "u32")]
     return out
@@ -364,7 +317,8 @@ def save_gguf(model, path, ggml_type: str = "f32", tokenizer=None) -> GGUFExport
         raise TformerError(f"{path} is a folder; give the .gguf file's path")
     model = unwrap(model)
     config = model.config
-    arch = gguf_architecture(config)
+    family = gguf_export_family(config)
+    arch = family.name
     if tokenizer is None:
         raise TformerError(f"cannot export {config.name} as GGUF without its tokenizer: llama.cpp cannot run a model "
                            "whose file has no vocabulary; export a training run or model that has one")
@@ -380,17 +334,14 @@ def save_gguf(model, path, ggml_type: str = "f32", tokenizer=None) -> GGUFExport
         vocab = _vocabulary(tokenizer, config)
         tok_entries, tok_notes = _tokenizer_entries(vocab, n_rows)
         described = f"{vocab.source}: {n_rows:,} tokens, {len(vocab.merges):,} merges, pre-tokenizer {vocab.pre}"
-    plan, notes = _plan(model, config, arch, ggml_type)
-    notes = notes + tok_notes
-    if arch == "gpt2" and config.activation == "gelu":
-        notes.append("the model's GELU is the exact (erf) one; llama.cpp's gpt2 computes the tanh approximation, "
-                     "which differs from it by under 5e-4 per activation")
+    plan, notes = _plan(model, config, family, ggml_type)
+    notes = notes + tok_notes + (family.notes(config) if family.notes else [])
 
     types = _value_types()
     with atomic_path(path) as tmp:
         writer = _writer_class()(tmp, arch)
         try:
-            for entry in _model_metadata(config, arch, ggml_type) + tok_entries:
+            for entry in _model_metadata(config, family, ggml_type) + tok_entries:
                 _add(writer, entry, types)
             for t in plan:
                 per_block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[t.ggml_type]]
@@ -413,4 +364,5 @@ def save_gguf(model, path, ggml_type: str = "f32", tokenizer=None) -> GGUFExport
                       notes=notes)
 
 
-__all__ = ["ARCHITECTURES", "TYPES", "GGUFExport", "check_type", "gguf_architecture", "save_gguf"]
+__all__ = ["ARCHITECTURES", "EXPORTS", "TYPES", "GGUFExport", "check_type", "gguf_architecture", "gguf_export_family",
+           "save_gguf"]
