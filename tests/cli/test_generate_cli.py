@@ -42,12 +42,14 @@ def test_generate_json_from_ids(ckpts, capsys):
     ids = data["sequences"][0]["ids"]
     assert len(ids) == 6 and data["sequences"][0]["prompt_ids"] == [5, 6, 7]
     assert data["decode_tokens"] == 5 and data["decode_tokens_per_s"] > 0 and data["prefill_tokens_per_s"] > 0
-    # the same greedy tokens without the cache and with the growing one (static is the default)
-    assert data["cache"] == "static"
-    for flag in ("--no-cache", "--growing-cache"):
+    # the same greedy tokens without the cache and with the growing one (a reserved cache is the default); the
+    # old name --static-cache still works, with a one-line notice
+    assert data["cache"] == "reserved"
+    for flag in ("--no-cache", "--growing-cache", "--static-cache"):
         _, out2, _ = _run(capsys, "generate", "--ckpt", str(ckpts["dec"]), "--prompt-ids", "5,6,7", "--greedy",
                           "--max-new-tokens", "6", "--stop-ids", "", "--json", flag)
         assert json.loads(out2)["sequences"][0]["ids"] == ids
+        assert json.loads(out2)["cache"] == {"--no-cache": "none", "--growing-cache": "growing"}.get(flag, "reserved")
 
 
 @pytest.mark.parametrize("command, key", [("generate", "dec"), ("translate", "s2s")])

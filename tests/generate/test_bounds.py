@@ -13,7 +13,7 @@ from safetensors.torch import save_model
 from tformer.cli import main
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
-from tformer.generate import generate, search
+from tformer.generate import generate, inputs
 from tformer.generate.sampling import apply_temperature, check_temperature
 from tformer.model import build
 
@@ -54,7 +54,7 @@ def test_more_beams_than_vocabulary_tokens_is_refused(model, ckpt):
 
 
 def test_more_rows_than_the_limit_is_refused(ckpt):
-    line = _error(["generate", "--ckpt", str(ckpt), "--prompt-ids", "1,2,3", "--batch", str(search.MAX_ROWS),
+    line = _error(["generate", "--ckpt", str(ckpt), "--prompt-ids", "1,2,3", "--batch", str(inputs.MAX_ROWS),
                    "--num-beams", "2"])
     assert "131,072 rows" in line and "lower --batch or --num-beams" in line
 
@@ -62,7 +62,7 @@ def test_more_rows_than_the_limit_is_refused(ckpt):
 @pytest.mark.parametrize("extra, hint", [([], "lower --batch, --num-beams or --max-new-tokens"),
                                          (["--no-cache"], "drop --no-cache")])
 def test_more_memory_than_the_machine_has_free_is_refused(ckpt, monkeypatch, extra, hint):
-    monkeypatch.setattr(search, "available_memory_bytes", lambda: 1000)
+    monkeypatch.setattr(inputs, "available_memory_bytes", lambda: 1000)
     line = _error(["generate", "--ckpt", str(ckpt), "--prompt-ids", "1,2,3", "--batch", "8", *extra])
     assert "needs at least" in line and "has 1 kB free" in line
     assert hint in line

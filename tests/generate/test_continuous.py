@@ -202,12 +202,12 @@ def test_rows_leave_and_the_cache_shrinks_to_the_longest_row_left():
     runner.prefill(long_cache, torch.tensor([list(range(1, 21))]))
     runner.prefill(short_cache, torch.tensor([[5, 6, 7]]))
     joined = long_cache.join(short_cache)
-    assert joined.kv.length == 20 and joined.mask.tolist()[1] == [0] * 17 + [1] * 3
-    assert joined.positions.tolist()[1][-3:] == [0, 1, 2]
+    assert joined.kv.length == 20 and joined.kv.keep.long().tolist()[1] == [0] * 17 + [1] * 3
+    assert joined.kv.positions.tolist()[1][-3:] == [0, 1, 2]
     logits = runner.step(joined, torch.tensor([21, 8]))
     joined.select(torch.tensor([1]))
     joined.compact()
-    assert joined.kv.length == 4 and joined.mask.tolist() == [[1, 1, 1, 1]]
+    assert joined.kv.length == 4 and joined.kv.keep.long().tolist() == [[1, 1, 1, 1]]
     alone = runner.new_cache(1)
     runner.prefill(alone, torch.tensor([[5, 6, 7]]))
     torch.testing.assert_close(logits[1], runner.step(alone, torch.tensor([8]))[0], rtol=1e-5, atol=1e-5)

@@ -68,14 +68,21 @@ def test_cached_logits_equal_uncached_at_every_step(arch, position, static, devi
 
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
-def test_greedy_same_tokens_with_and_without_cache_and_static(arch, position, device):
+def test_greedy_same_tokens_with_and_without_cache_and_reserved(arch, position, device):
     model = model_for(arch, position).to(device)
-    growing = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], static_cache=False)
+    growing = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], reserve_cache=False)
     none = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], use_cache=False)
-    static = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], static_cache=True)
-    assert growing.sequences == none.sequences == static.sequences
+    reserved = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], reserve_cache=True)
+    assert growing.sequences == none.sequences == reserved.sequences
     assert len({tuple(s) for s in growing.sequences}) > 1  # the rows really differ
-    assert none.cache_bytes == 0 and growing.cache_bytes == static.cache_bytes > 0
+    assert none.cache_bytes == 0 and growing.cache_bytes == reserved.cache_bytes > 0
+
+
+def test_the_old_name_static_cache_still_works_with_a_notice():
+    model = model_for("decoder", "rope")
+    with pytest.warns(FutureWarning, match="static_cache is now reserve_cache"):
+        old = generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], static_cache=False)
+    assert old.sequences == generate(model, PROMPTS, max_new_tokens=STEPS, stop_tokens=[], reserve_cache=False).sequences
 
 
 @pytest.mark.parametrize("position", POSITIONS)
@@ -115,7 +122,7 @@ def test_beam_search_same_with_and_without_cache(arch):
     kw = dict(max_new_tokens=STEPS, num_beams=4, length_penalty=0.6, stop_tokens=[9])
     cached = generate(model, PROMPTS, **kw)
     assert cached.sequences == generate(model, PROMPTS, use_cache=False, **kw).sequences
-    assert cached.sequences == generate(model, PROMPTS, static_cache=False, **kw).sequences
+    assert cached.sequences == generate(model, PROMPTS, reserve_cache=False, **kw).sequences
     assert torch.allclose(cached.scores, generate(model, PROMPTS, use_cache=False, **kw).scores, atol=1e-5)
 
 

@@ -119,7 +119,7 @@ def test_models_the_compiled_step_cannot_run_are_refused_in_one_line(settings, w
 
 @pytest.mark.parametrize("settings, words", [
     ({"use_cache": False}, "preallocated KV cache"),
-    ({"static_cache": False}, "preallocated KV cache"),
+    ({"reserve_cache": False}, "preallocated KV cache"),
     ({"compile": "turbo"}, "compile must be"),
 ])
 def test_settings_compiled_decoding_cannot_honour_are_refused(settings, words):
@@ -155,10 +155,17 @@ def test_inductor_compiled_decoding_equals_eager_compiles_once_and_reads_current
     assert generate(model, PROMPTS, max_new_tokens=6, stop_tokens=[], compile=True).sequences == flipped.sequences
 
 
-def test_a_preallocated_cache_refuses_an_attention_mask():
+@pytest.mark.parametrize("position", ["rope", "learned", "alibi"])
+def test_every_cache_takes_a_padded_prompt_and_keeps_its_padding(position):
+    """The one face: a left-padded prompt's attention_mask goes to the preallocated cache as to the growing one (each
+    keeps the padding and counts positions over real tokens), and the next step over each gives the logits of
+    the unpadded prompt alone. Fails if either cache ignores the mask or counts padding as positions."""
     from tformer.model.slot_cache import SlotCache
 
-    model = model_for(position="rope")
-    kv = SlotCache.allocate(model.config, model.config.n_layers, 1, 16, torch.float32, "cpu")
-    with pytest.raises(TformerError, match="pass no attention_mask"):
-        model(torch.tensor([[1, 2]]), attention_mask=torch.ones(1, 2), past_key_values=kv)
+    model = model_for(position=position)
+    ids, mask = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]]), torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    alone = model(torch.tensor([[5, 6, 7, 8]])).logits[0, -1]
+    for kv in (model.new_cache(), SlotCache.allocate(model.config, model.config.n_layers, 2, 16, torch.float32, "cpu")):
+        model(ids, attention_mask=mask, past_key_values=kv)
+        step = model(torch.tensor([[8], [6]]), past_key_values=kv).logits[0, -1]
+        torch.testing.assert_close(step, alone, rtol=1e-5, atol=1e-5)

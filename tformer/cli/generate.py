@@ -54,9 +54,11 @@ def add_decoding_arguments(parser, default_max: int) -> None:
     parser.add_argument("--batch", type=int, default=1, metavar="N", help="repeat a single prompt N times")
     parser.add_argument("--no-cache", action="store_true", help="recompute the whole prefix at every step")
     layout = parser.add_mutually_exclusive_group()
-    layout.add_argument("--static-cache", dest="static_cache", action="store_true", default=True,
-                        help="pre-allocate the KV cache for prompt + new tokens (the default)")
-    layout.add_argument("--growing-cache", dest="static_cache", action="store_false",
+    layout.add_argument("--reserve-cache", dest="reserve_cache", action="store_true", default=True,
+                        help="reserve the KV cache's room for prompt + new tokens, written in place (the default)")
+    layout.add_argument("--static-cache", dest="old_static_cache", action="store_true",
+                        help="the old name of --reserve-cache (goes in the next release)")
+    layout.add_argument("--growing-cache", dest="reserve_cache", action="store_false",
                         help="grow the KV cache by concatenation (copies it every step; to compare)")
     parser.add_argument("--compile", action="store_true",
                         help="decode through a torch.compile'd step over a preallocated cache (the first run of a "
@@ -99,11 +101,14 @@ def generation_config(args):
     if beams and sampling_flags:
         raise TformerError("beam search does not sample; drop --temperature/--top-k/--top-p/--min-p or use --num-beams 1")
     stop = None if args.stop_ids is None else parse_ids(args.stop_ids, "--stop-ids")
+    if getattr(args, "old_static_cache", False):
+        print("note: --static-cache is now --reserve-cache (the same: room for prompt + new tokens, written in place); "
+              "the old name goes in the next release", file=sys.stderr)
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens, do_sample=not (args.greedy or beams), temperature=args.temperature,
         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, repetition_penalty=args.repetition_penalty,
         num_beams=args.num_beams, length_penalty=args.length_penalty, early_stopping=early, stop_tokens=stop,
-        use_cache=not args.no_cache, static_cache=args.static_cache, seed=args.seed, truncate=args.truncate,
+        use_cache=not args.no_cache, reserve_cache=args.reserve_cache, seed=args.seed, truncate=args.truncate,
         compile=args.compile,
     ).validate()
 
@@ -119,7 +124,7 @@ def prompt_rows(args, tokenizer, what="prompt") -> tuple[list[list[int]], list[s
         if tokenizer is None:
             raise TformerError(f"this checkpoint has no tokenizer, so a text {what} cannot be encoded; "
                                "pass token ids with --prompt-ids 1,2,3")
-        from tformer.generate.search import prompt_ids  # deferred: torch loads only when a model runs
+        from tformer.generate.inputs import prompt_ids  # deferred: torch loads only when a model runs
 
         rows = [prompt_ids(tokenizer, t) for t in texts]
     if any(len(r) == 0 for r in rows):
@@ -146,7 +151,7 @@ def report(out, rows, tokenizer, cfg, as_json: bool, label: str, streamed: bool 
             "decode_tokens": out.decode_tokens, "decode_seconds": out.decode_seconds,
             "decode_tokens_per_s": out.decode_tokens_per_s,
             "compiled": bool(cfg.compile), "compile_seconds": out.compile_seconds,
-            "cache": "none" if not cfg.use_cache else ("static" if cfg.static_cache else "growing"),
+            "cache": "none" if not cfg.use_cache else ("reserved" if cfg.reserve_cache else "growing"),
             "cache_bytes": out.cache_bytes, "hit_context_limit": out.hit_context_limit, "truncated": out.truncated,
             "settings": {k: v for k, v in vars(cfg).items()},
         }, default=str))
@@ -155,7 +160,7 @@ def report(out, rows, tokenizer, cfg, as_json: bool, label: str, streamed: bool 
         for i, seq in enumerate(out.sequences):
             head = f"[{i}] " if len(out.sequences) > 1 else ""
             print(head + (text(seq) if tokenizer is not None else " ".join(map(str, seq))))
-    cache = "no cache" if not cfg.use_cache else f"{'static' if cfg.static_cache else 'growing'} KV cache"
+    cache = "no cache" if not cfg.use_cache else f"{'reserved' if cfg.reserve_cache else 'growing'} KV cache"
     if cfg.compile:
         cache += f", compiled step ({out.compile_seconds:.1f} s compiling, not in the rates)"
     print(f"prefill: {out.prefill_tokens} tokens in {out.prefill_seconds * 1e3:.1f} ms "

@@ -37,11 +37,11 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
 from tformer.generate.sampling import Sampling
-from tformer.generate.search import filler_id, pad_batch
+from tformer.generate.inputs import filler_id, pad_batch
 from tformer.generate.slot_pool import PrefixStore, SlotPool, pool_serves
 from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
-from tformer.model.compiled import compiled_pool_step
 from tformer.model.base import TransformerModel
+from tformer.model.compiled import compiled_pool_step
 from tformer.model.path_choice import choose_paths
 from tformer.model.runners import runner_for
 

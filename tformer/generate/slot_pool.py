@@ -122,14 +122,7 @@ class SlotPool:
 
     def _reset(self, slot: int) -> None:
         self.used[slot] = 0
-        self.kv.lengths[slot] = 0
-        self.kv.positions[slot] = 0
-
-    def _view(self, rows: slice, columns: int) -> SlotCache:
-        """Rows ``rows`` and the first ``columns`` columns of the pool, as a cache whose writes land in the pool."""
-        kv = self.kv
-        buffers = [(k[rows, :, :columns], v[rows, :, :columns]) for k, v in kv.buffers]
-        return SlotCache(buffers, kv.windows, kv.lengths[rows], kv.positions[rows], kv.keep[rows, :columns])
+        self.kv.reset(slot)
 
     def reuse_prefix(self, slot: int, prompt: list[int]) -> int:
         """Copy the longest stored start of ``prompt`` into the empty ``slot``; return how many tokens it holds."""
@@ -137,12 +130,8 @@ class SlotPool:
             return 0
         kv, n = self.prefixes.longest(prompt)
         if n:
-            for (k, v), (pk, pv) in zip(self.kv.buffers, kv):
-                k[slot, :, :n] = pk[:, :n]
-                v[slot, :, :n] = pv[:, :n]
+            self.kv.write_entries(slot, kv, n)
             self.used[slot] = n
-            self.kv.lengths[slot] = n
-            self.kv.positions[slot] = n
         return n
 
     def prefill(self, chunks: dict[int, list[int]]) -> dict[int, torch.Tensor]:
@@ -155,30 +144,20 @@ class SlotPool:
         columns = bucket(max(self.used[s] for s in slots) + t, self.columns, MIN_COLUMNS)
         device = self.kv.lengths.device
         index = torch.tensor(slots, device=device)
-        kv = self.kv
-        gathered = [(k[:, :, :columns].index_select(0, index), v[:, :, :columns].index_select(0, index))
-                    for k, v in kv.buffers]
-        view = SlotCache(gathered, kv.windows, kv.lengths.index_select(0, index),
-                         kv.positions.index_select(0, index), kv.keep[:, :columns].index_select(0, index))
+        view = self.kv.gather(index, columns)
         ids = torch.tensor([c + [c[-1]] * (t - len(c)) for c in chunks.values()], dtype=torch.long, device=device)
-        h = self.model(ids, past_key_values=view, logits_to_keep=1).last_hidden_state  # (n, t, d_model)
-        last = torch.tensor([len(c) - 1 for c in chunks.values()], device=device)
-        logits = self.model.lm_logits(h[torch.arange(len(slots), device=device), last])  # (n, V)
-        for (k, v), (gk, gv) in zip(kv.buffers, gathered):
-            k[:, :, :columns].index_copy_(0, index, gk)
-            v[:, :, :columns].index_copy_(0, index, gv)
+        last = torch.tensor([len(c) - 1 for c in chunks.values()], device=device)  # each chunk's last real token
+        logits = self.model(ids, past_key_values=view, logits_to_keep=last).logits[:, 0]  # (n, V)
         for slot, chunk in chunks.items():
             self.used[slot] += len(chunk)
-        back = torch.tensor([self.used[s] for s in slots], device=device)
-        kv.lengths.index_copy_(0, index, back)
-        kv.positions.index_copy_(0, index, back)
+        self.kv.scatter(index, view, torch.tensor([self.used[s] for s in slots], device=device))
         return {slot: logits[i] for i, slot in enumerate(slots)}
 
     def remember(self, slot: int, prompt: list[int]) -> None:
         """Keep the keys and values of ``slot``'s prompt (all of it read) for later prompts that start alike."""
         if self.prefixes is not None and len(prompt) >= self.prefixes.min_tokens:
             n = len(prompt)
-            self.prefixes.add(prompt, [(k[slot, :, :n].clone(), v[slot, :, :n].clone()) for k, v in self.kv.buffers])
+            self.prefixes.add(prompt, self.kv.row_entries(slot, n))
 
     def step(self, tokens: dict[int, int], filler: int) -> torch.Tensor:
         """One token for each decoding slot, ``{slot: token}`` -> logits (R, V), row i = slot i (rows of slots
@@ -189,15 +168,13 @@ class SlotPool:
         ids = torch.full((rows, 1), filler, dtype=torch.long)
         for slot, token in tokens.items():
             ids[slot, 0] = token
-        logits = self._step_fn(self.model, ids.to(self.kv.lengths.device), self._view(slice(0, rows), columns))
+        logits = self._step_fn(self.model, ids.to(self.kv.lengths.device), self.kv.view(slice(0, rows), columns))
         for slot in tokens:
             self.used[slot] += 1
         passengers = [s for s in range(rows) if s not in tokens]
         if passengers:  # their lengths stepped on too: put them back
             index = torch.tensor(passengers, device=self.kv.lengths.device)
-            back = torch.tensor([self.used[s] for s in passengers], device=self.kv.lengths.device)
-            self.kv.lengths.index_copy_(0, index, back)
-            self.kv.positions.index_copy_(0, index, back)
+            self.kv.set_read(index, torch.tensor([self.used[s] for s in passengers], device=self.kv.lengths.device))
         return logits
 
 

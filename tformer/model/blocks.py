@@ -7,8 +7,9 @@ from torch import nn
 
 from tformer.core.errors import TformerError
 from tformer.model.attention import MultiHeadAttention
-from tformer.model.feedforward import FeedForward
+from tformer.model.feedforward import FeedForward, dropout_layer
 from tformer.model.linear import Linear
+from tformer.model.cache import Uncached
 from tformer.model.masks import AttentionMask, build_mask
 from tformer.model.norm import make_norm
 from tformer.model.vision import PatchEmbed
@@ -40,7 +41,7 @@ class Block(nn.Module):
         self.mlp_norm = make_norm(config)
         self.mlp = FeedForward(config, spec.mlp)
         self.mlp_post_norm = make_norm(config) if spec.mlp.post_norm else None
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = dropout_layer(config.dropout)
 
     def _residual(self, x, norm, sublayer, post_norm=None):
         if self.pre_norm:
@@ -105,7 +106,7 @@ class Stack(nn.Module):
             )
         self.embed_norm = make_norm(config, spec.embed_norm.d) if spec.embed_norm else None
         self.embed_proj = Linear.described(spec.embed_proj) if spec.embed_proj else None
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = dropout_layer(config.dropout)
         # One module per distinct path: a shared layer (ALBERT) is built once and run at every depth.
         distinct: dict[str, object] = {}
         for layer in spec.layers:
@@ -149,66 +150,28 @@ class Stack(nn.Module):
         Returns (hidden (B, T, d_model), self-attention weights per layer, cross-attention weights per layer).
         """
         B, T, _ = h.shape
-        if getattr(cache, "preallocated", False):
-            if attention_mask is not None:
-                raise TformerError("a preallocated KV cache holds its padding itself (its keep mask); pass no "
-                                   "attention_mask with it")
-            return self._forward_preallocated(h, position_ids, memory, memory_mask, cache, need_weights,
-                                              prefix_length, added_positions)
-        past = cache.length if cache is not None else 0
-        total = past + T
-        if self.positions is not None and added_positions is None and total > self.max_positions:
+        # Whatever the cache (growing, rolling, preallocated slots, none), it answers the same three questions:
+        # how many positions these tokens reach, their position ids (padding counted out), and per layer the mask
+        # of these queries over the keys that layer will attend to.
+        face = cache if cache is not None else Uncached()
+        total = face.span(T)
+        if self.positions is not None and added_positions is None and total is not None and total > self.max_positions:
             raise TformerError(
                 f"sequence of {total} positions exceeds the model's max_positions={self.max_positions}; "
                 "shorten the input (or truncate it) to fit the context window"
             )
-        if position_ids is None:
-            position_ids = torch.arange(past, total, device=h.device)[None].expand(B, T)
+        counted = face.admit(T, attention_mask, h.device)
+        position_ids = (counted if position_ids is None else position_ids).expand(B, T)
         h = self.enter(h, position_ids, added_positions)
-
-        # Each layer's cache holds keys from its own first position (a rolling layer has dropped the oldest):
-        # one mask per distinct start, each depth reading its layer's.
-        held_from = cache.starts if cache is not None else None
-        starts = [held_from[self.layers[i].attn.layer_idx] if held_from else 0 for i in self.order]
-        masks = {k_start: self._self_mask(T, past, k_start, attention_mask, prefix_length, h)
-                 for k_start in dict.fromkeys(starts)}
-        cross_mask = None
-        if memory is not None:
-            cross_mask = build_mask(T, memory.shape[1], causal=False, key_padding=memory_mask,
-                                    dtype=h.dtype, device=h.device)
-        return self._layers(h, [masks[s] for s in starts], self._ropes(position_ids, h.dtype), memory, cross_mask,
-                            cache, need_weights)
-
-    def _self_mask(self, T, past, k_start, attention_mask, prefix_length, h) -> AttentionMask:
-        """The self-attention mask of T queries after ``past`` positions over keys from position ``k_start``."""
-        total = past + T
-        if attention_mask is not None and k_start:
-            attention_mask = attention_mask[:, k_start:]
-        score_bias = None
-        if self.score_bias is not None:
-            k_pos = torch.arange(k_start, total, device=h.device)
-            score_bias = self.score_bias(k_pos[past - k_start:], k_pos)
-        return build_mask(T, total - k_start, causal=self.causal, key_padding=attention_mask, position_bias=score_bias,
-                          k_start=k_start, dtype=h.dtype, device=h.device, prefix=prefix_length)
-
-    def _forward_preallocated(self, h, position_ids, memory, memory_mask, cache, need_weights, prefix_length,
-                              added_positions):
-        """The same stack over a preallocated cache (tformer.model.slot_cache): positions and masks come from
-        the cache's tensors, never from Python numbers, so the shapes are those of the buffers whatever was
-        read, and a compiled forward is traced once. Padding is the cache's ``keep``, never an attention_mask."""
-        if prefix_length is not None:
-            raise TformerError("a prefix LM's bidirectional prefix is not kept in a preallocated cache; "
-                               "decode it with the growing cache")
-        T = h.shape[1]
-        if position_ids is None:
-            position_ids = cache.position_ids(T)
-        h = self.enter(h, position_ids, added_positions)
-        masks = cache.self_masks(T, h.dtype, self.score_bias)  # per depth: (N, 1|H, T, L)
+        masks = face.masks(T, h.dtype, h.device, causal=self.causal, score_bias=self.score_bias,
+                           prefix=prefix_length, layers=len(self.order))
         cross_mask = None
         if memory is not None:
             cross_mask = (build_mask(T, memory.shape[1], causal=False, dtype=h.dtype, device=h.device)
                           if memory_mask is None else AttentionMask.padding_only(T, memory_mask.bool(), h.dtype))
-        return self._layers(h, masks, self._ropes(position_ids, h.dtype), memory, cross_mask, cache, need_weights)
+        layer_masks = [masks[self.layers[i].attn.layer_idx] for i in self.order]
+        return self._layers(h, layer_masks, self._ropes(position_ids, h.dtype), memory, cross_mask, cache,
+                            need_weights)
 
     def _ropes(self, position_ids: torch.Tensor, dtype: torch.dtype) -> list | None:
         """Per depth the (cos, sin) its layer rotates q and k by: one computation per distinct base."""

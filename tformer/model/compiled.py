@@ -34,7 +34,6 @@ from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.model.base import TransformerModel
 from tformer.model.path_choice import choose_paths
-from tformer.model.runner_base import positions_from_mask
 from tformer.model.runners import DecoderRunner, EncoderDecoderRunner, runner_for
 from tformer.model.slot_cache import SlotCache, layer_windows
 
@@ -79,7 +78,7 @@ def next_logits(model, ids, kv, memory=None, memory_mask=None):
     return model.decode(ids, memory, memory_mask, cache=kv, logits_to_keep=1)[0][:, -1]
 
 
-class StaticDecoder:
+class CompiledStep:
     """A model's compiled decode step and the KV buffers it writes, one set per shape."""
 
     def __init__(self, model: TransformerModel, mode: str | None = None, backend: str = "inductor"):
@@ -165,11 +164,11 @@ class StaticDecoder:
 class _Compiled:
     """Mixed into a runner: the same API, with a SlotCache and the compiled step."""
 
-    decoder: StaticDecoder
+    decoder: CompiledStep
 
     def new_cache(self, rows, max_len=None, kv=True):
         if not kv or max_len is None:
-            raise TformerError("compiled decoding writes a preallocated KV cache; drop --no-cache (or static_cache=False) "
+            raise TformerError("compiled decoding writes a preallocated KV cache; drop --no-cache (or reserve_cache=False) "
                                "or drop --compile")
         length = cache_length(max_len, self.config.max_positions)
         cache = super().new_cache(rows, None, kv=False)
@@ -186,18 +185,12 @@ class _Compiled:
         kv = cache.kv
         t = ids.shape[1]
         if t > kv.columns:
-            raise ValueError(f"static KV cache holds {kv.columns} positions; the prompt needs {t}")
-        positions = None
-        if mask is not None:
-            kv.keep[:, :t] = mask.bool()
-            positions = positions_from_mask(mask)
-        if memory is None:
-            out = self.model(ids, past_key_values=kv, position_ids=positions, logits_to_keep=0 if all_logits else 1)
+            raise ValueError(f"the preallocated KV cache holds {kv.columns} positions; the prompt needs {t}")
+        if memory is None:  # a left-padded prompt's mask goes to the cache, which keeps it (tformer.model.slot_cache)
+            out = self.model(ids, attention_mask=mask, past_key_values=kv, logits_to_keep=0 if all_logits else 1)
             out = out.logits
         else:
             out = self.model.decode(ids, memory, memory_mask, cache=kv, logits_to_keep=0 if all_logits else 1)[0]
-        if mask is not None:
-            kv.positions.copy_(mask.long().sum(-1))  # the next token's position counts real tokens only
         cache.read = t
         return out if all_logits else out[:, -1]
 
@@ -205,7 +198,7 @@ class _Compiled:
         if cache.read == 0:
             raise TformerError("the compiled step needs a prefilled cache: call prefill first")
         if cache.read >= cache.kv.columns:
-            raise ValueError(f"static KV cache holds {cache.kv.columns} positions; step needs {cache.read + 1}")
+            raise ValueError(f"the preallocated KV cache holds {cache.kv.columns} positions; step needs {cache.read + 1}")
         memory, memory_mask = self._source(cache)
         cache.compile_seconds += self.decoder.warm(cache.kv, memory, memory_mask)  # timed apart
         logits = self.decoder.step(cache.kv, tokens, memory, memory_mask)
@@ -273,22 +266,22 @@ BACKENDS = ("inductor", "eager", "aot_eager")
 
 
 def compiled_runner(model: TransformerModel, mode: str | None = None, backend: str = "inductor"):
-    """The compiled runner of ``model``. Its StaticDecoder (compiled graphs, buffers) is made once per model,
+    """The compiled runner of ``model``. Its CompiledStep (compiled graphs, buffers) is made once per model,
     mode and backend, kept on the model, and reused by every later call, so repeated generations do not
     recompile. One generation at a time per model: concurrent ones of one shape would share buffers."""
     if backend not in BACKENDS:
         raise TformerError(f"compile backend {backend!r} is unknown; use one of: {', '.join(BACKENDS)}")
     base = runner_for(model)
-    decoders = model.__dict__.setdefault("_static_decoders", {})  # a plain attribute: not in the state dict
+    decoders = model.__dict__.setdefault("_compiled_steps", {})  # a plain attribute: not in the state dict
     key = (mode, backend)
     found, param = decoders.get(key), next(model.parameters())
     if found is None or (found.device, found.dtype) != (param.device, param.dtype):  # new, or the model moved
-        decoders[key] = StaticDecoder(model, mode, backend)
+        decoders[key] = CompiledStep(model, mode, backend)
     cls = CompiledEncoderDecoderRunner if base.takes_source else CompiledDecoderRunner
     runner = cls(model)
     runner.decoder = decoders[key]
     return runner
 
 
-__all__ = ["BACKENDS", "CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "StaticDecoder", "cache_length",
+__all__ = ["BACKENDS", "CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "CompiledStep", "cache_length",
            "check_compilable", "compiled_pool_step", "compiled_runner", "next_logits"]

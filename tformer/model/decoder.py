@@ -16,6 +16,14 @@ from tformer.model.linear import Linear
 from tformer.model.task_heads import task_outputs
 
 
+def _kept(h: torch.Tensor, logits_to_keep) -> torch.Tensor:
+    """The hidden states (B, T, d) whose logits are wanted: all (0), the last n (an int), or per row the one at
+    ``logits_to_keep[b]`` (a (B,) tensor: a batch of chunks of different lengths, right-padded) -> (B, 1, d)."""
+    if isinstance(logits_to_keep, torch.Tensor):
+        return h[torch.arange(h.shape[0], device=h.device), logits_to_keep][:, None]
+    return h[:, -logits_to_keep:] if logits_to_keep else h
+
+
 class DecoderLM(TransformerModel):
     def __init__(self, config):
         arch = describe(config)
@@ -48,7 +56,7 @@ class DecoderLM(TransformerModel):
         use_cache: bool = False,
         labels: torch.Tensor | None = None,  # (B, T); shifted inside, -100 = ignore (a task head: its labels)
         output_attentions: bool = False,
-        logits_to_keep: int = 0,  # > 0: logits for the last n positions only (generation); 0 = all
+        logits_to_keep: int | torch.Tensor = 0,  # > 0: the last n positions' logits only; (B,): each row's one; 0 = all
         skip_head: bool = False,  # True: no logits, last_hidden_state only (a chunked loss applies the head itself)
         prefix_length: torch.Tensor | None = None,  # (B,) prefix LM: each row's first n tokens see each other
         start_positions: torch.Tensor | None = None,  # (B,) question answering: the answer's first token
@@ -64,7 +72,7 @@ class DecoderLM(TransformerModel):
                                               end_positions))
         # Generation needs only the last position's logits; the head over a long prompt would
         # otherwise cost T x d_model x vocab multiply-adds for numbers that are thrown away.
-        logits = None if skip_head else self.lm_logits(h[:, -logits_to_keep:] if logits_to_keep else h)
+        logits = None if skip_head else self.lm_logits(_kept(h, logits_to_keep))
         return ModelOutput(
             logits=logits,
             last_hidden_state=h,

@@ -17,6 +17,12 @@ ACTIVATIONS = {
 }
 
 
+def dropout_layer(p: float) -> nn.Module:
+    """Dropout with probability ``p``; with p = 0 (every inference config read from Hugging Face or GGUF) nothing at
+    all, so a decode step does not call a module that returns its input (three per layer, in eval mode too)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 class FeedForward(nn.Module):
     """down(act(up(x))), or down(act(gate(x)) * up(x)) when gated (Shazeer 2020).
 
@@ -30,7 +36,7 @@ class FeedForward(nn.Module):
         self.gate = Linear.described(spec.gate) if spec.gate is not None else None
         self.down = Linear.described(spec.down)
         self.act = ACTIVATIONS[spec.activation]
-        self.dropout = nn.Dropout(config.activation_dropout)
+        self.dropout = dropout_layer(config.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:

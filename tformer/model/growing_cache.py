@@ -38,12 +38,16 @@ class GrowingKV:
     def capacity(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
-    def update(self, k: torch.Tensor, v: torch.Tensor):
-        """Append k, v (B, H_kv, t, D); return every position's keys and values, (B, H_kv, length + t, D)."""
+    def update(self, k: torch.Tensor, v: torch.Tensor, columns: torch.Tensor | None = None):
+        """Append k, v (B, H_kv, t, D); return every position's keys and values, (B, H_kv, length + t, D).
+        columns: (t,) long, length .. length + t - 1, where the caller has them (one tensor for every layer of a
+        step): the write is then one index_copy_ per tensor instead of a slice and a copy."""
         end = self.length + k.shape[2]
         if self.reserve and end <= self.capacity:
-            self.k[:, :, self.length:end] = k
-            self.v[:, :, self.length:end] = v
+            if columns is None:
+                columns = torch.arange(self.length, end, device=k.device)
+            self.k.index_copy_(2, columns, k)
+            self.v.index_copy_(2, columns, v)
         elif self.reserve:
             self.k, self.v = self._grown(self.k, k, end), self._grown(self.v, v, end)
         else:

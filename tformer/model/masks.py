@@ -58,6 +58,20 @@ class AttentionMask:
         self.dtype, self.device = dtype, device
 
     @classmethod
+    def given(cls, bias: torch.Tensor) -> AttentionMask:
+        """A mask that is its additive bias (N, 1|H, Tq, Tk): 0 where a query may attend, -inf elsewhere, plus any
+        position bias. A preallocated cache builds it from its own tensors (causal, padding, the layer's window,
+        every query's own column kept), so it is whole: the kinds read it as a position bias and add nothing.
+        ``complete`` tells a windowed kind its window is already in it."""
+        mask = cls(bias.shape[-2], bias.shape[-1], causal=False, position_bias=bias, dtype=bias.dtype,
+                   device=bias.device)
+        mask.complete = True
+        mask.__dict__["_dense_cache"] = (bias, None)
+        return mask
+
+    complete = False  # see ``given``
+
+    @classmethod
     def padding_only(cls, tq: int, keep: torch.Tensor, dtype: torch.dtype) -> AttentionMask:
         """Bidirectional over ``keep`` (B, Tk) bool, with its bias built now from tensors alone: no value is read
         back to decide anything, so a compiled graph holds it whole (every row must keep a key: a source)."""
@@ -173,3 +187,20 @@ def build_mask(
         keep = key_padding.bool()
     return AttentionMask(tq, tk, causal=causal, keep=keep, position_bias=position_bias, q_start=q_start,
                          k_start=k_start, dtype=dtype, device=device, prefix=prefix)
+
+
+def self_attention_mask(tq: int, past: int, k_start: int, keep: torch.Tensor | None, *, causal: bool,
+                        score_bias=None, prefix: torch.Tensor | None = None, dtype=torch.float32,
+                        device=None) -> AttentionMask:
+    """The self-attention mask of ``tq`` queries after ``past`` positions over the keys held from position
+    ``k_start``: keep (B, past + tq) bool, 1 = real, over every position (its columns from k_start are read);
+    score_bias(q_pos, k_pos): a position bias (ALiBi, T5's buckets) or None."""
+    total = past + tq
+    if keep is not None and k_start:
+        keep = keep[:, k_start:]
+    bias = None
+    if score_bias is not None:
+        k_pos = torch.arange(k_start, total, device=device)
+        bias = score_bias(k_pos[past - k_start:], k_pos)
+    return build_mask(tq, total - k_start, causal=causal, key_padding=keep, position_bias=bias, k_start=k_start,
+                      dtype=dtype, device=device, prefix=prefix)

@@ -47,18 +47,20 @@ from tformer.model.task_heads import TaskRunner
 
 @dataclass
 class DecoderCache(Cache):
-    mask: torch.Tensor | None = None  # (N, t) 1 = real token; None when no row is padded
-    positions: torch.Tensor | None = None  # (N, t) position ids of a padded batch; None = 0, 1, 2, ...
+    """A decoder-only model's: its KV cache holds the padding and positions of a left-padded batch itself
+    (tformer.model.cache); without one, ``mask`` keeps them to rerun the whole prefix every step."""
+
+    mask: torch.Tensor | None = None  # (N, t) 1 = real token; only without a KV cache, None when no row is padded
 
     def select(self, index, within_inputs=False):
         super().select(index, within_inputs)
         if self.mask is not None:
-            self.mask, self.positions = self.mask[index], self.positions[index]
+            self.mask = self.mask[index]
 
     def rewind(self, n):
         super().rewind(n)
         if self.mask is not None and n > 0:
-            self.mask, self.positions = self.mask[:, :-n], self.positions[:, :-n]
+            self.mask = self.mask[:, :-n]
 
     @property
     def joinable(self):
@@ -69,23 +71,11 @@ class DecoderCache(Cache):
         padding in front of the shorter rows is masked out. The result holds a growing KV cache."""
         if not (self.joinable and other.joinable):
             raise TformerError("only decoder caches with plain keys and values can share a batch")
-        kv = self.kv.join(other.kv)
-        masks, positions = [], []
-        for c in (self, other):
-            n, length, device = c.rows, c.kv.length, c.kv.device
-            mask = c.mask if c.mask is not None else torch.ones(n, length, dtype=torch.long, device=device)
-            pos = c.positions if c.positions is not None else torch.arange(length, device=device).expand(n, -1)
-            masks.append(F.pad(mask, (kv.length - length, 0)))
-            positions.append(F.pad(pos, (kv.length - length, 0)))
-        return DecoderCache(self.rows + other.rows, kv, mask=torch.cat(masks), positions=torch.cat(positions))
+        return DecoderCache(self.rows + other.rows, self.kv.join(other.kv))
 
     def compact(self):
-        if self.mask is None or self.rows == 0 or not self.joinable:
-            return  # a rolling window's positions are not columns: it cannot drop the front
-        unused = int(self.mask.any(0).long().argmax())  # leading columns that are padding in every row
-        if unused:
-            self.kv.drop_front(unused)
-            self.mask, self.positions = self.mask[:, unused:], self.positions[:, unused:]
+        if self.kv is not None and self.rows:
+            self.kv.compact()
 
 
 @dataclass
@@ -103,11 +93,8 @@ class Seq2SeqCache(Cache):
         super().select(index, within_inputs)
 
     def rewind(self, n):
-        preallocated = getattr(self.kv, "preallocated", False)
-        if n > 0 and preallocated and self.read - n <= 0:
-            raise TformerError("a compiled encoder-decoder cache cannot rewind past the decoder's first token")
         super().rewind(n)
-        if self.kv is not None and not preallocated and self.kv.length == 0:
+        if n > 0 and self.kv is not None and self.kv.length == 0:
             # No decoder token left: drop the cross-attention K/V as well, so the next step projects them
             # from the memory again, as the first step after a prefill does.
             self.kv.clear_cross()
@@ -144,8 +131,9 @@ class DecoderRunner(Runner):
         return chunked_lm_loss(h, weight, batch.targets, self.loss_chunk, bias, label_smoothing=label_smoothing,
                                softcap=softcap, compute_dtype=dtype)
 
-    def _run(self, cache: DecoderCache, ids, positions, all_logits=False):
-        out = self.model(ids, attention_mask=cache.mask, position_ids=positions, past_key_values=cache.kv,
+    def _run(self, cache: DecoderCache, ids, mask=None, all_logits=False):
+        positions = None if mask is None or cache.kv is not None else positions_from_mask(mask)
+        out = self.model(ids, attention_mask=mask, position_ids=positions, past_key_values=cache.kv,
                          logits_to_keep=0 if all_logits else 1)
         return out.logits if all_logits else out.logits[:, -1]
 
@@ -153,23 +141,21 @@ class DecoderRunner(Runner):
         self._check_prompt(cache, ids, source, "a decoder-only model")
         if ids.shape[1] == 0:
             return None
-        # Without padding the mask is never passed to the model, and positions default to 0, 1, ...
-        padded = mask is not None and not bool(mask.all())
-        cache.mask = mask if padded else None
-        cache.positions = positions_from_mask(mask) if padded else None
+        # A left-padded prompt's mask goes to the KV cache once, which keeps it (and each row's positions) from
+        # then on; without padding no mask is passed at all, and positions are 0, 1, ...
+        mask = mask if mask is not None and not bool(mask.all()) else None
         if cache.kv is None:
-            cache.ids = ids
-        return self._run(cache, ids, cache.positions, all_logits)
+            cache.ids, cache.mask = ids, mask
+        return self._run(cache, ids, mask, all_logits)
 
     def step(self, cache, tokens):
         new = tokens[:, None]
+        if cache.kv is not None:
+            return self._run(cache, new)
+        cache.ids = torch.cat([cache.ids, new], dim=1)  # no cache: the whole prefix again
         if cache.mask is not None:
             cache.mask = F.pad(cache.mask, (0, 1), value=1)  # the new token is real in every row
-            cache.positions = torch.cat([cache.positions, cache.positions[:, -1:] + 1], dim=1)
-        if cache.kv is not None:
-            return self._run(cache, new, None if cache.positions is None else cache.positions[:, -1:])
-        cache.ids = torch.cat([cache.ids, new], dim=1)
-        return self._run(cache, cache.ids, cache.positions)  # no cache: the whole prefix again
+        return self._run(cache, cache.ids, cache.mask)
 
 
 class EncoderDecoderRunner(Runner):

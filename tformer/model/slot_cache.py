@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import torch
 
+from tformer.core.errors import TformerError
 from tformer.model.attention.sliding import in_window
 from tformer.model.cache import CrossEntries
+from tformer.model.masks import AttentionMask
 from tformer.model.rolling_cache import layer_windows
 
 
 class SlotCache(CrossEntries):
     """Preallocated keys and values of ``rows`` sequences (see the module docstring for the layout)."""
 
-    preallocated = True
     recurrent = False  # as KVCache.recurrent: positions can be rewound (the measured decode step does)
     joinable = False  # as KVCache.joinable: serving's pool gives each request a row instead of joining batches
 
@@ -69,15 +70,37 @@ class SlotCache(CrossEntries):
     def columns(self) -> int:
         return self.buffers[0][0].shape[2]
 
-    # What a forward of T new tokens reads -----------------------------------------------------------
-    def position_ids(self, t: int) -> torch.Tensor:
-        """(N, T) position ids of the next ``t`` tokens of every row."""
-        return self.positions[:, None] + torch.arange(t, device=self.positions.device)
+    # What a forward of T new tokens reads (the face every cache shows Stack: tformer.model.cache) ----------
+    def span(self, t: int) -> None:
+        """Positions after ``t`` more tokens, where known on the host: never here (the lengths stay on the device;
+        the columns allocated bound them)."""
+        return None
 
-    def self_masks(self, t: int, dtype: torch.dtype, score_bias=None) -> list[torch.Tensor]:
-        """Per layer the additive bias (N, 1|H, T, L) of ``t`` new queries: 0 where a query may attend, -inf
-        elsewhere, plus the position bias (ALiBi, T5's buckets) of ``score_bias(q_cols, k_cols)``. Layers with
-        the same window share one tensor."""
+    def admit(self, t: int, attention_mask: torch.Tensor | None = None, device=None) -> torch.Tensor:
+        """Take ``t`` new tokens of every row: their padding (``attention_mask``'s last t columns, 1 = real; None:
+        all real) goes into ``keep`` at the columns they will be written to, and each row's next position moves
+        past its real ones. Returns their position ids (N, t) (a padding token gets its row's next one)."""
+        if attention_mask is None:
+            ids = self.positions[:, None] + torch.arange(t, device=self.positions.device)
+            self.positions.add_(t)
+            return ids
+        real = attention_mask[:, -t:].to(self.keep.device)
+        q = self.lengths[:, None] + torch.arange(t, device=self.keep.device)  # (N, t): the columns written
+        rows = torch.arange(q.shape[0], device=q.device)[:, None].expand_as(q)
+        self.keep.index_put_((rows, q), real.bool())
+        counted = real.long().cumsum(-1)
+        ids = self.positions[:, None] + (counted - 1).clamp(min=0)
+        self.positions.add_(counted[:, -1])
+        return ids
+
+    def masks(self, t: int, dtype: torch.dtype, device=None, *, causal: bool = True, score_bias=None, prefix=None,
+              layers: int = 0) -> list:
+        """Per layer the mask (AttentionMask.given: one additive bias (N, 1|H, T, L)) of ``t`` new queries: 0 where
+        a query may attend, -inf elsewhere, plus the position bias (ALiBi, T5's buckets) of
+        ``score_bias(q_cols, k_cols)``. Layers with the same window share one tensor."""
+        if not causal or prefix is not None:
+            raise TformerError("a preallocated KV cache keeps a causal decoder's keys; a bidirectional or prefix LM "
+                               "mask is not held in it (decode it with the growing cache)")
         device = self.keep.device
         cols = torch.arange(self.columns, device=device)
         q = self.lengths[:, None] + torch.arange(t, device=device)  # (N, T): the columns the queries write
@@ -93,7 +116,7 @@ class SlotCache(CrossEntries):
         for window in dict.fromkeys(self.windows):
             allowed = base if window is None else base & in_window(delta, window[0], window[1], causal=True)
             bias = torch.where(allowed | own, zero, float("-inf"))[:, None]  # (N, 1, T, L)
-            found[window] = bias if position is None else bias + position
+            found[window] = AttentionMask.given(bias if position is None else bias + position)
         return [found[w] for w in self.windows]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
@@ -108,7 +131,6 @@ class SlotCache(CrossEntries):
         vb.transpose(1, 2).index_put_((rows, q), v.transpose(1, 2))
         if layer == self.n_layers - 1:
             self.lengths.add_(t)
-            self.positions.add_(t)
         return kb, vb
 
     def cross_entries(self) -> list:
@@ -133,6 +155,53 @@ class SlotCache(CrossEntries):
         """Forget the last ``n`` columns of every row (the next forward writes them again)."""
         self.lengths.sub_(n)
         self.positions.sub_(n)
+
+    # A pool of rows (serving's, tformer.generate.slot_pool): rows taken, given back, read in parts ------------
+    def reset(self, row: int) -> None:
+        """Row ``row`` empty again: nothing written, the next token at position 0, no padding."""
+        self.lengths[row] = 0
+        self.positions[row] = 0
+        self.keep[row] = True
+
+    def set_read(self, rows: torch.Tensor, counts: torch.Tensor) -> None:
+        """Rows ``rows`` (n,) have read ``counts`` (n,) tokens each, no padding: put back the lengths of rows a
+        step carried along (a free row's, or one still reading its prompt, written at a column it will rewrite)."""
+        self.lengths.index_copy_(0, rows, counts)
+        self.positions.index_copy_(0, rows, counts)
+
+    def view(self, rows: slice, columns: int) -> SlotCache:
+        """Rows ``rows`` and the first ``columns`` columns, as a cache whose writes land in this one."""
+        buffers = [(k[rows, :, :columns], v[rows, :, :columns]) for k, v in self.buffers]
+        return SlotCache(buffers, self.windows, self.lengths[rows], self.positions[rows], self.keep[rows, :columns])
+
+    def gather(self, rows: torch.Tensor, columns: int) -> SlotCache:
+        """A copy of rows ``rows`` (n,) over the first ``columns`` columns (a prefill of a few rows among many
+        reads only theirs); ``scatter`` writes it back."""
+        buffers = [(k[:, :, :columns].index_select(0, rows), v[:, :, :columns].index_select(0, rows))
+                   for k, v in self.buffers]
+        return SlotCache(buffers, self.windows, self.lengths.index_select(0, rows),
+                         self.positions.index_select(0, rows), self.keep[:, :columns].index_select(0, rows))
+
+    def scatter(self, rows: torch.Tensor, part: SlotCache, counts: torch.Tensor) -> None:
+        """Write ``part`` (from ``gather(rows, ...)``) back into rows ``rows``, each having read ``counts``."""
+        columns = part.columns
+        for (k, v), (pk, pv) in zip(self.buffers, part.buffers):
+            k[:, :, :columns].index_copy_(0, rows, pk)
+            v[:, :, :columns].index_copy_(0, rows, pv)
+        self.set_read(rows, counts)
+
+    def row_entries(self, row: int, n: int) -> list:
+        """Copies of row ``row``'s first ``n`` columns: per layer (k, v) of (H_kv, n, D)."""
+        return [(k[row, :, :n].clone(), v[row, :, :n].clone()) for k, v in self.buffers]
+
+    def write_entries(self, row: int, entries: list, n: int) -> None:
+        """Put ``entries`` (as ``row_entries`` gives, at least ``n`` columns) into the empty row ``row``: it has
+        read those ``n`` tokens."""
+        for (k, v), (ek, ev) in zip(self.buffers, entries):
+            k[row, :, :n] = ek[:, :n]
+            v[row, :, :n] = ev[:, :n]
+        self.lengths[row] = n
+        self.positions[row] = n
 
     def tensors(self):
         for entry in self.buffers + self._cross:

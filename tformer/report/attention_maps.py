@@ -15,7 +15,7 @@ import torch
 
 from tformer.core.atomic import atomic_path, make_dir
 from tformer.core.errors import TformerError
-from tformer.generate.search import prompt_ids
+from tformer.generate.inputs import prompt_ids
 
 # Characters a tick label cannot show as themselves; visible stand-ins keep "a b" from reading "ab".
 _VISIBLE = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}

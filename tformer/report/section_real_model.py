@@ -71,7 +71,7 @@ def measure(ctx) -> dict:
     from tformer.data.corpora import get_corpus
     from tformer.generate import generate
     from tformer.generate.chat import Chat
-    from tformer.generate.search import prompt_ids
+    from tformer.generate.inputs import prompt_ids
     from tformer.interop.gguf_model import kept_formats, load_gguf
     from tformer.measure.perplexity import perplexity
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tformer.core.errors import TformerError
 from tformer.generate.chat import chat_ids, stop_ids, template_for
 from tformer.generate.continuous import Request
-from tformer.generate.search import prompt_ids
+from tformer.generate.inputs import prompt_ids
 from tformer.generate.sampling import Sampling
 from tformer.serve.errors import APIError
 from tformer.serve.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest

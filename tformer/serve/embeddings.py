@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse
 
-from tformer.generate.search import pad_batch
+from tformer.generate.inputs import pad_batch
 from tformer.generate.workqueue import Closed, WorkQueue
 from tformer.serve.checks import ModelInfo, embedding_rows
 from tformer.serve.completions import submit_or_refuse

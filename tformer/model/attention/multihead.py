@@ -14,7 +14,6 @@ from torch import nn
 
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
-from tformer.model.attention.cached import attend_cached
 from tformer.model.attention.reference import reference
 from tformer.model.attention.registry import make_attention
 from tformer.model.linear import Linear
@@ -61,8 +60,8 @@ class MultiHeadAttention(nn.Module):
         return x.view(B, T, n, self.head_dim).transpose(1, 2)  # (B, n, T, head_dim)
 
     def forward(self, x, mask: AttentionMask, memory=None, rope=None, cache=None, need_weights: bool = False):
-        """x: (B, T, d_model) -> ((B, T, d_model), weights (B, H, T, Tk) or None). mask: an AttentionMask, or
-        with a preallocated cache (tformer.model.slot_cache) the additive bias (B, 1|H, T, L) it built."""
+        """x: (B, T, d_model) -> ((B, T, d_model), weights (B, H, T, Tk) or None). mask: the AttentionMask of these
+        queries over the keys the cache hands back (the cache built it: tformer.model.cache)."""
         if need_weights and not self.exact and hasattr(self.attend, "dense_mask"):
             mask = self.attend.dense_mask(mask)  # a sliding window: the same attention, its band as a dense mask
         elif need_weights and not self.exact:
@@ -94,10 +93,7 @@ class MultiHeadAttention(nn.Module):
                 if self.cross:
                     cache.set_cross(self.layer_idx, k, v)
                 else:
-                    k, v = cache.update(self.layer_idx, k, v)
-                    if getattr(cache, "preallocated", False):  # whole buffers, read under the cache's bias
-                        out, weights = attend_cached(q, k, v, mask, self.scale, need_weights)
-                        return self._merge(out), weights
+                    k, v = cache.update(self.layer_idx, k, v)  # what this layer attends to, under ``mask``
 
         dropout_p = self.dropout_p if self.training else 0.0
         attend = reference if need_weights else self.attend  # only the reference kind keeps the weights

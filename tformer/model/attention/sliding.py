@@ -32,6 +32,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.attention_sliding import BlockPlan, block_plan
 from tformer.model.attention.groups import expand_kv
 from tformer.model.attention.kind import AttentionKind
+from tformer.model.attention.sdpa import sdpa
 from tformer.model.masks import AttentionMask
 
 
@@ -119,11 +120,15 @@ class SlidingAttention(AttentionKind):
         self.window, self.dilation = options.window, options.dilation
 
     def forward(self, q, k, v, mask, scale: float, dropout_p: float = 0.0):
+        if mask.complete:  # a preallocated cache's mask already holds this layer's window (AttentionMask.given)
+            return sdpa(q, k, v, mask, scale, dropout_p)
         return sliding_attention(q, k, v, mask, scale, dropout_p, window=self.window, dilation=self.dilation)
 
     def dense_mask(self, mask: AttentionMask) -> AttentionMask:
         """``mask`` with the window laid over it as a (1, 1, Tq, Tk) bias (-inf outside): the reference kind under
         it computes this layer's attention with its weights written out (the attention maps)."""
+        if mask.complete:
+            return mask
         q_pos = mask.q_start + torch.arange(mask.tq, device=mask.device)
         k_pos = mask.k_start + torch.arange(mask.tk, device=mask.device)
         inside = in_window(q_pos[:, None] - k_pos[None, :], self.window, self.dilation, mask.causal)
