@@ -36,8 +36,8 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
-from tformer.generate.sampling import Sampling
 from tformer.generate.inputs import filler_id, pad_batch
+from tformer.generate.sampling import Sampling
 from tformer.generate.slot_pool import PrefixStore, SlotPool, pool_serves
 from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
 from tformer.model.base import TransformerModel

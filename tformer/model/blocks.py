@@ -7,15 +7,21 @@ from torch import nn
 
 from tformer.core.errors import TformerError
 from tformer.model.attention import MultiHeadAttention
+from tformer.model.cache import Uncached
 from tformer.model.feedforward import FeedForward, dropout_layer
 from tformer.model.linear import Linear
-from tformer.model.cache import Uncached
 from tformer.model.masks import AttentionMask, build_mask
 from tformer.model.norm import make_norm
-from tformer.model.vision import PatchEmbed
 from tformer.model.position import (
-    NO_SCALING, ALiBi, LearnedPositions, RelativePositionBias, RopeScaling, SinusoidalPositions, rope_cos_sin,
+    NO_SCALING,
+    ALiBi,
+    LearnedPositions,
+    RelativePositionBias,
+    RopeScaling,
+    SinusoidalPositions,
+    rope_cos_sin,
 )
+from tformer.model.vision import PatchEmbed
 
 
 class Block(nn.Module):
