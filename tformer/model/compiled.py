@@ -1,7 +1,7 @@
 """Compiled decoding: the model's own forward, over a preallocated KV cache (tformer.model.slot_cache), traced
 once by ``torch.compile`` and replayed for every token.
 
-    runner = compiled_runner(model)                    # or generate(model, ids, compile=True)
+    runner = compiled_runner(model)                    # the model's own runner, with runner.compiled set
     cache = runner.new_cache(rows, max_len)            # buffers of a rounded-up length, reused
     logits = runner.prefill(cache, ids, mask)          # the same forward, eager, into the buffers
     logits = runner.step(cache, tokens)                # the compiled graph (the first of a shape compiles it:
@@ -34,7 +34,7 @@ from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.model.base import TransformerModel
 from tformer.model.path_choice import choose_paths
-from tformer.model.runners import DecoderRunner, EncoderDecoderRunner, runner_for
+from tformer.model.runners import runner_for
 from tformer.model.slot_cache import SlotCache, layer_windows
 
 MIN_LENGTH = 64  # the shortest cache a graph is compiled for: short generations share one graph
@@ -142,6 +142,36 @@ class CompiledStep:
         # A CUDA graph's output lives in memory the next replay overwrites: keep a copy.
         return logits.clone() if self.mode == "reduce-overhead" else logits
 
+    # What a runner with a compiled step calls (tformer.model.runners: DecoderRunner, EncoderDecoderRunner) ---------
+    def new_kv(self, rows: int, max_len: int | None, kv: bool = True) -> SlotCache:
+        """A preallocated cache of ``rows`` x cache_length(max_len) columns over this step's kept buffers."""
+        if not kv or max_len is None:
+            raise TformerError("compiled decoding writes a preallocated KV cache; drop --no-cache (or reserve_cache=False) "
+                               "or drop --compile")
+        length = cache_length(max_len, self.model.config.max_positions)
+
+        def pool(r):  # beam search's select moves rows into these (every element overwritten: no zeroing)
+            return self.buffers(r, length, zero=False)
+        return SlotCache.allocate(self.model.config, self.n_layers, rows, length, self.dtype, self.device,
+                                  buffers=self.buffers(rows, length), pool=pool)
+
+    def check_room(self, cache, t: int) -> None:
+        """Raise unless ``t`` more tokens fit the cache's columns (counted on the host: cache.read)."""
+        if cache.read + t > cache.kv.columns:
+            raise ValueError(f"the preallocated KV cache holds {cache.kv.columns} positions; {cache.read + t} "
+                             "are needed")
+
+    def advance(self, cache, tokens: torch.Tensor, memory=None, memory_mask=None) -> torch.Tensor:
+        """One compiled step of a runner's cache record: ``tokens`` (N,) -> logits (N, V); compiling a new shape
+        is timed apart (cache.compile_seconds)."""
+        if cache.read == 0:
+            raise TformerError("the compiled step needs a prefilled cache: call prefill first")
+        self.check_room(cache, 1)
+        cache.compile_seconds += self.warm(cache.kv, memory, memory_mask)
+        logits = self.step(cache.kv, tokens, memory, memory_mask)
+        cache.read += 1
+        return logits
+
     def warm(self, kv: SlotCache, memory=None, memory_mask=None) -> float:
         """Compile for ``kv``'s shapes if not done yet (one step whose write is then forgotten, so the cache is
         unchanged); return the seconds it took, 0 when the graph already existed."""
@@ -159,76 +189,6 @@ class CompiledStep:
             torch.cuda.synchronize(self.device)
         self._compiled.add(key)
         return time.perf_counter() - t
-
-
-class _Compiled:
-    """Mixed into a runner: the same API, with a SlotCache and the compiled step."""
-
-    decoder: CompiledStep
-
-    def new_cache(self, rows, max_len=None, kv=True):
-        if not kv or max_len is None:
-            raise TformerError("compiled decoding writes a preallocated KV cache; drop --no-cache (or reserve_cache=False) "
-                               "or drop --compile")
-        length = cache_length(max_len, self.config.max_positions)
-        cache = super().new_cache(rows, None, kv=False)
-
-        def pool(r):  # beam search's select moves rows into these (every element overwritten: no zeroing)
-            return self.decoder.buffers(r, length, zero=False)
-        d = self.decoder
-        cache.kv = SlotCache.allocate(self.config, d.n_layers, rows, length, d.dtype, d.device,
-                                      buffers=d.buffers(rows, length), pool=pool)
-        return cache
-
-    def _prefill_into(self, cache, ids, mask, memory=None, memory_mask=None, all_logits=False):
-        """The prompt (N, t), left-padded under ``mask``, through the same forward, eagerly, into the buffers."""
-        kv = cache.kv
-        t = ids.shape[1]
-        if t > kv.columns:
-            raise ValueError(f"the preallocated KV cache holds {kv.columns} positions; the prompt needs {t}")
-        if memory is None:  # a left-padded prompt's mask goes to the cache, which keeps it (tformer.model.slot_cache)
-            out = self.model(ids, attention_mask=mask, past_key_values=kv, logits_to_keep=0 if all_logits else 1)
-            out = out.logits
-        else:
-            out = self.model.decode(ids, memory, memory_mask, cache=kv, logits_to_keep=0 if all_logits else 1)[0]
-        cache.read = t
-        return out if all_logits else out[:, -1]
-
-    def step(self, cache, tokens):
-        if cache.read == 0:
-            raise TformerError("the compiled step needs a prefilled cache: call prefill first")
-        if cache.read >= cache.kv.columns:
-            raise ValueError(f"the preallocated KV cache holds {cache.kv.columns} positions; step needs {cache.read + 1}")
-        memory, memory_mask = self._source(cache)
-        cache.compile_seconds += self.decoder.warm(cache.kv, memory, memory_mask)  # timed apart
-        logits = self.decoder.step(cache.kv, tokens, memory, memory_mask)
-        cache.read += 1
-        return logits
-
-    def _source(self, cache):
-        return None, None
-
-
-class CompiledDecoderRunner(_Compiled, DecoderRunner):
-    def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
-        self._check_prompt(cache, ids, source, "a decoder-only model")
-        if ids.shape[1] == 0:
-            return None
-        padded = mask is not None and not bool(mask.all())
-        return self._prefill_into(cache, ids, mask if padded else None, all_logits=all_logits)
-
-
-class CompiledEncoderDecoderRunner(_Compiled, EncoderDecoderRunner):
-    def prefill(self, cache, ids, mask=None, *, source=None, source_mask=None, all_logits=False):
-        self._check_start(cache, ids, mask, source)
-        cache.source_mask = None if source_mask is None or bool(source_mask.all()) else source_mask
-        cache.memory, _ = self.model.encode(source, cache.source_mask)
-        if ids.shape[1] == 0:
-            return None
-        return self._prefill_into(cache, ids, None, cache.memory, cache.source_mask, all_logits)
-
-    def _source(self, cache):
-        return cache.memory, cache.source_mask
 
 
 def compiled_pool_step(model: TransformerModel, backend: str = "inductor"):
@@ -266,22 +226,22 @@ BACKENDS = ("inductor", "eager", "aot_eager")
 
 
 def compiled_runner(model: TransformerModel, mode: str | None = None, backend: str = "inductor"):
-    """The compiled runner of ``model``. Its CompiledStep (compiled graphs, buffers) is made once per model,
-    mode and backend, kept on the model, and reused by every later call, so repeated generations do not
-    recompile. One generation at a time per model: concurrent ones of one shape would share buffers."""
+    """The runner of ``model`` with its compiled step: the same runner class, whose caches are preallocated and whose
+    steps run the graph. The CompiledStep (compiled graphs, buffers) is made once per model, mode and backend, kept
+    on the model, and reused by every later call, so repeated generations do not recompile. One generation at a
+    time per model: concurrent ones of one shape would share buffers."""
     if backend not in BACKENDS:
         raise TformerError(f"compile backend {backend!r} is unknown; use one of: {', '.join(BACKENDS)}")
-    base = runner_for(model)
-    decoders = model.__dict__.setdefault("_compiled_steps", {})  # a plain attribute: not in the state dict
+    check_compilable(model.config)
+    steps = model.__dict__.setdefault("_compiled_steps", {})  # a plain attribute: not in the state dict
     key = (mode, backend)
-    found, param = decoders.get(key), next(model.parameters())
+    found, param = steps.get(key), next(model.parameters())
     if found is None or (found.device, found.dtype) != (param.device, param.dtype):  # new, or the model moved
-        decoders[key] = CompiledStep(model, mode, backend)
-    cls = CompiledEncoderDecoderRunner if base.takes_source else CompiledDecoderRunner
-    runner = cls(model)
-    runner.decoder = decoders[key]
+        steps[key] = CompiledStep(model, mode, backend)
+    runner = runner_for(model)
+    runner.compiled = steps[key]
     return runner
 
 
-__all__ = ["BACKENDS", "CompiledDecoderRunner", "CompiledEncoderDecoderRunner", "CompiledStep", "cache_length",
+__all__ = ["BACKENDS", "CompiledStep", "cache_length",
            "check_compilable", "compiled_pool_step", "compiled_runner", "next_logits"]

@@ -52,7 +52,7 @@ class Cache:
     rows: int  # N: sequences (beams count)
     kv: KVCache | None  # None: no KV cache, each step reruns every token read so far
     ids: torch.Tensor | None = None  # (N, t) tokens read so far; kept only without a KV cache
-    read: int = 0  # columns written, as a compiled runner counts them (it never reads its cache's lengths back)
+    read: int = 0  # tokens read per row, counted on the host (a compiled step never reads its cache's lengths back)
     compile_seconds: float = 0.0  # time spent compiling the step for this cache's shapes (0: eager, or reused)
 
     what: ClassVar[str] = "these"  # whose sequences, in the message of a refused join
@@ -126,6 +126,10 @@ class Runner:
     @property
     def label(self) -> str:
         return self.config.traits.label
+
+    # A compiled decode step (tformer.model.compiled.CompiledStep, set by compiled_runner): the runner's caches are
+    # then preallocated and each step runs its graph; None: eager.
+    compiled = None
 
     accuracy_metric = "pair_accuracy"  # what loss(accuracy_counts=) counts: NSP/SOP answers; "accuracy": top classes
 

@@ -110,6 +110,8 @@ class DecoderRunner(Runner):
     so every row's next token sits in the last column."""
 
     def new_cache(self, rows, max_len=None, kv=True) -> DecoderCache:
+        if self.compiled is not None:
+            return DecoderCache(rows, self.compiled.new_kv(rows, max_len, kv))
         return DecoderCache(rows, self.model.new_cache(reserve=max_len) if kv else None)
 
     def chunk_loss(self, rows: int) -> None:
@@ -146,10 +148,16 @@ class DecoderRunner(Runner):
         mask = mask if mask is not None and not bool(mask.all()) else None
         if cache.kv is None:
             cache.ids, cache.mask = ids, mask
+        if self.compiled is not None:
+            self.compiled.check_room(cache, ids.shape[1])
+        cache.read = ids.shape[1]
         return self._run(cache, ids, mask, all_logits)
 
     def step(self, cache, tokens):
+        if self.compiled is not None:
+            return self.compiled.advance(cache, tokens)
         new = tokens[:, None]
+        cache.read += 1
         if cache.kv is not None:
             return self._run(cache, new)
         cache.ids = torch.cat([cache.ids, new], dim=1)  # no cache: the whole prefix again
@@ -167,6 +175,8 @@ class EncoderDecoderRunner(Runner):
         return Batch({"input_ids": ids, "decoder_input_ids": target}, target)
 
     def new_cache(self, rows, max_len=None, kv=True) -> Seq2SeqCache:
+        if self.compiled is not None:
+            return Seq2SeqCache(rows, self.compiled.new_kv(rows, max_len, kv))
         return Seq2SeqCache(rows, self.model.new_cache(reserve=max_len) if kv else None)
 
     def _run(self, cache: Seq2SeqCache, ids, all_logits=False):
@@ -183,10 +193,16 @@ class EncoderDecoderRunner(Runner):
             return None
         if cache.kv is None:
             cache.ids = ids
+        if self.compiled is not None:
+            self.compiled.check_room(cache, ids.shape[1])
+        cache.read = ids.shape[1]
         return self._run(cache, ids, all_logits)
 
     def step(self, cache, tokens):
+        if self.compiled is not None:
+            return self.compiled.advance(cache, tokens, cache.memory, cache.source_mask)
         new = tokens[:, None]
+        cache.read += 1
         if cache.kv is not None:
             return self._run(cache, new)
         cache.ids = torch.cat([cache.ids, new], dim=1)
