@@ -35,7 +35,7 @@ def beam_search(batch: int, run):
     device = runner.device
     t0 = time.perf_counter()
     logits = run.prefill()  # prefill once per input, then copy each row to its K beams
-    sync(device)
+    runner.synchronize()
     t1 = time.perf_counter()
     run.prefill_seconds = t1 - t0
     expand = torch.arange(batch, device=device).repeat_interleave(K)
@@ -113,15 +113,9 @@ def beam_search(batch: int, run):
             run.seen[torch.arange(index.numel(), device=device), running[:, :, step].reshape(-1)] = True
         logits = runner.step(cache, running[:, :, step].reshape(-1))
         run.decode_steps += 1
-    sync(device)
+    runner.synchronize()
     run.decode_seconds = time.perf_counter() - t1 - run.cache.compile_seconds  # compiling: apart
     return done_tokens[:, 0], done_lengths[:, 0], done_scores[:, 0]
 
 
-def sync(device) -> None:
-    """Wait for the device (a GPU runs ahead of Python): timings end when the work does."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-__all__ = ["IMPOSSIBLE", "beam_search", "sync"]
+__all__ = ["IMPOSSIBLE", "beam_search"]

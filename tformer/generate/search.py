@@ -33,7 +33,7 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.core.inputs import number
 from tformer.generate import sampling
-from tformer.generate.beam import beam_search, sync
+from tformer.generate.beam import beam_search
 from tformer.generate.inputs import (
     check_size,
     check_stop_ids,
@@ -176,7 +176,7 @@ def _token_steps(run: _Run) -> Iterator[torch.Tensor]:
     device = run.runner.device
     t0 = time.perf_counter()
     logits = run.prefill()
-    sync(device)
+    run.runner.synchronize()
     t1 = time.perf_counter()
     run.prefill_seconds = t1 - t0
     rows = torch.arange(logits.shape[0], device=device)
@@ -194,7 +194,7 @@ def _token_steps(run: _Run) -> Iterator[torch.Tensor]:
             break
         logits = run.runner.step(run.cache, tokens)
         run.decode_steps += 1
-    sync(device)
+    run.runner.synchronize()
     run.decode_seconds = time.perf_counter() - t1 - paused - run.cache.compile_seconds  # compiling: apart
 
 

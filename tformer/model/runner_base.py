@@ -137,6 +137,11 @@ class Runner:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def synchronize(self) -> None:
+        """Wait until the device has done what was asked of it (a GPU runs ahead of Python): a timing ends here."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
     @property
     def loss_skips(self) -> tuple[str, ...]:
         """Name prefixes of the parameters the training loss never reaches (they get no gradient), as
