@@ -11,7 +11,7 @@ are. Torch-free: `tformer count --gguf` reads the records.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from tformer.core.errors import TformerError
@@ -153,8 +153,7 @@ def _llama_metadata(config) -> list[tuple[str, object, str]]:
 LLAMA = GgufFamily(
     name="llama", hf_model_type="llama", hidden_act="silu", reads=True, writes=True,
     first=(_EMBED,),
-    layer=(_ATTN_NORM, GgufTensor(_Q.gguf, _Q.ours, _Q.hf, permute="n_heads"),
-           GgufTensor(_K.gguf, _K.ours, _K.hf, permute="n_kv_heads"), _V, _O,
+    layer=(_ATTN_NORM, replace(_Q, permute="n_heads"), replace(_K, permute="n_kv_heads"), _V, _O,
            _t("ffn_norm.weight", "mlp_norm.weight", "post_attention_layernorm.weight"), _GATE, _UP, _DOWN),
     last=(_FINAL_NORM,),
     match=(("position", "rope"), ("norm", "rmsnorm")),

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from tformer.model.attention.registry import attention_fn
 from tformer.model.growing_cache import GrowingKV
-from tformer.model.masks import self_attention_mask, tracing
+from tformer.model.masks import positions_from_mask, self_attention_mask, tracing
 from tformer.model.recurrent_state import RecurrentState
 from tformer.model.rolling_cache import RollingKV, layer_window
 
@@ -139,13 +139,12 @@ class KVCache(CrossEntries):
             self.keep = F.pad(self.keep, (0, t), value=True)
         if self.keep is None:
             return torch.arange(past, past + t, device=device)[None]
-        counted = self.keep.long().cumsum(-1)  # real tokens up to each position
-        return (counted[:, past:] - 1).clamp(min=0)
+        return positions_from_mask(self.keep)[:, past:]
 
     @property
     def positions(self) -> torch.Tensor | None:
         """(N, length) the position id of every column held (padding: its row's next), None while none is padded."""
-        return None if self.keep is None else (self.keep.long().cumsum(-1) - 1).clamp(min=0)
+        return None if self.keep is None else positions_from_mask(self.keep)
 
     def _keep_or_ones(self, rows: int, device) -> torch.Tensor:
         return self.keep if self.keep is not None else torch.ones(rows, self.length, dtype=torch.bool, device=device)

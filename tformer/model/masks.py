@@ -30,6 +30,12 @@ def tracing() -> bool:
     return torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting() or torch.jit.is_tracing()
 
 
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) 1 = real token -> each real token's index among its row's real tokens; padding gets its row's next one
+    (or 0 before any real token): it is masked anyway."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, Tk) with 1 = real token, 0 = padding -> (B, 1, 1, Tk) bool."""
     return attention_mask.bool()[:, None, None, :]

@@ -15,6 +15,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
 from tformer.model.base import IGNORE_INDEX, TransformerModel
 from tformer.model.cache import KVCache
+from tformer.model.masks import positions_from_mask  # noqa: F401 -- re-exported: runners and generate name it here
 
 
 @dataclass
@@ -37,11 +38,6 @@ class Batch:
     def to(self, device) -> Batch:
         pair = self.pair_targets.to(device) if self.pair_targets is not None else None
         return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device), pair)
-
-
-def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Each real token's index among its row's real tokens; padding gets 0 (it is masked anyway)."""
-    return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
 @dataclass

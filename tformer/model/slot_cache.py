@@ -27,7 +27,7 @@ import torch
 from tformer.core.errors import TformerError
 from tformer.model.attention.sliding import in_window
 from tformer.model.cache import CrossEntries
-from tformer.model.masks import AttentionMask
+from tformer.model.masks import AttentionMask, positions_from_mask
 from tformer.model.rolling_cache import layer_windows
 
 
@@ -88,9 +88,8 @@ class SlotCache(CrossEntries):
         q = self.lengths[:, None] + torch.arange(t, device=self.keep.device)  # (N, t): the columns written
         rows = torch.arange(q.shape[0], device=q.device)[:, None].expand_as(q)
         self.keep.index_put_((rows, q), real.bool())
-        counted = real.long().cumsum(-1)
-        ids = self.positions[:, None] + (counted - 1).clamp(min=0)
-        self.positions.add_(counted[:, -1])
+        ids = self.positions[:, None] + positions_from_mask(real)
+        self.positions.add_(real.long().sum(-1))
         return ids
 
     def masks(self, t: int, dtype: torch.dtype, device=None, *, causal: bool = True, score_bias=None, prefix=None,
@@ -188,6 +187,7 @@ class SlotCache(CrossEntries):
         for (k, v), (pk, pv) in zip(self.buffers, part.buffers):
             k[:, :, :columns].index_copy_(0, rows, pk)
             v[:, :, :columns].index_copy_(0, rows, pv)
+        self.keep[:, :columns].index_copy_(0, rows, part.keep)  # a padded chunk's padding, as admitted in the copy
         self.set_read(rows, counts)
 
     def row_entries(self, row: int, n: int) -> list:
