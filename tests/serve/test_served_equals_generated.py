@@ -38,7 +38,7 @@ from tformer.generate.chat import Chat, chat_ids, template_for
 from tformer.generate.continuous import PREFILL_CHUNK, ContinuousBatcher, Request
 from tformer.generate.search import GenerationConfig, prompt_ids
 from tformer.measure.perplexity import perplexity
-from tformer.model import build
+from tformer.model import build, ggml_kernel
 from tformer.model.path_choice import choose_paths
 from tformer.model.quantized import QuantizedLinear, kernels, quantized_path, use_path
 from tformer.serve import create_app
@@ -53,7 +53,11 @@ NEW = 12
 MIX = ["q:q8_0,k:q4_1,v:q5_0,o:q8_0,gate:q4_1,up:q5_0,down:q4_k",
        "q:q4_1,k:q5_0,v:q8_0,o:q4_1,gate:q5_0,up:q8_0,down:q6_k"]
 KERNEL = pytest.mark.skipif(not kernels()[4], reason="this torch has no int4 CPU kernel")
-MODES = ["fp32", "q8_0", "q4_1", "q5_0", "mixed"]
+BLOCKS = pytest.mark.skipif(not ggml_kernel.available(), reason="the block kernel is not built (no C compiler)")
+# "+blocks": the same blocks on tformer's block kernel (8-bit activations, llama.cpp's arithmetic; the default for
+# a GGUF file's kept matrices)
+MODES = ["fp32", "q8_0", "q4_1", "q5_0", "mixed"] + [pytest.param(f"{m}+blocks", marks=BLOCKS)
+                                                     for m in ("q8_0", "q4_1", "q5_0", "mixed")]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +86,7 @@ def _model(fp32, mode: str):
     model = (quantize_model(fp32, "mixed", layers=MIX, head="q8_0") if weights == "mixed"
              else quantize_model(fp32, weights))
     if path:
-        use_path(model, "kernel")
+        use_path(model, "kernel" if path == "bf16-kernel" else path)
     return model
 
 
@@ -154,7 +158,7 @@ def test_served_tokens_equal_generated_at_every_concurrency(tok, fp32, models, m
     for n in (1, 2, 7, 32):
         batch = [prompts[i % len(prompts)] for i in range(n)]
         assert _served(model, batch, stops) == [alone[i % len(prompts)] for i in range(n)], (mode, n)
-    if mode != "fp32":  # kept blocks mean their dequantized weights, nothing else
+    if mode in ("q8_0", "q4_1", "q5_0", "mixed"):  # kept blocks mean their dequantized weights, nothing else
         twin = dequantized_twin(model, fp32)
         assert [_alone(twin, p, stops) for p in prompts] == alone
 
@@ -183,7 +187,7 @@ def test_the_bf16_kernel_computes_each_row_as_it_would_alone(fp32, models, mode)
                     assert torch.equal(layer(x[:rows]), whole[:rows]), (name, rows)
 
 
-@pytest.mark.parametrize("mode", ["fp32", "q4_1"])
+@pytest.mark.parametrize("mode", ["fp32", "q4_1", pytest.param("q4_1+blocks", marks=BLOCKS)])
 def test_the_http_endpoints_answer_what_chat_and_generate_answer(tok, fp32, models, mode):
     """/v1/chat/completions equals Chat.send (what `tformer chat` and `generate --chat` run), /v1/completions
     equals generate on the text's ids; each request alone, then all seven at once."""
@@ -231,7 +235,8 @@ def test_compiled_serving_equals_compiled_generate(tok, fp32, models, mode):
 @pytest.mark.parametrize("mode", ["q4_1", "mixed", pytest.param("q4_1+bf16-kernel", marks=KERNEL)])
 def test_perplexity_of_kept_blocks_is_the_dequantized_models(tok, fp32, models, mode):
     """Kept blocks score a text exactly as their fp32 twin does (the same weights, widened); on the bf16 kernel
-    within 1% (its activations rounded to bf16: about 0.4% relative each)."""
+    within 1% (its activations rounded to bf16: about 0.4% relative each). (The block kernel's bound is held on
+    the real model below: this random model's perplexity of 1.8 million moves 2% under 8-bit activations.)"""
     model = _get(models, fp32, mode)
     twin = dequantized_twin(model, fp32)
     ids = prompt_ids(tok, " ".join(TEXTS * 12))
@@ -246,7 +251,17 @@ def test_perplexity_of_kept_blocks_is_the_dequantized_models(tok, fp32, models, 
 # The real SmolLM2-135M-Instruct (Q4_1 layers, Q8_0 head) through the server, the two chat commands and perplexity:
 # fp32 and kept blocks compute one set of numbers, and the server answers what both commands answer.
 @pytest.mark.slow
-@pytest.mark.parametrize("weights", ["dequantize", "keep"])
+@pytest.mark.parametrize("weights", [
+    "dequantize", "keep",
+    # The block kernel (8-bit activations, opt-in: --gguf-weights kernel): generate and chat agree, and answer what
+    # llama-server answers on the same file token for token ("L'Étoile, la Marseillaise, la femme au roi, ...": the
+    # fp32 top two for the first token are 0.08 apart and swap under 8-bit activations), but the server does not
+    # yet: its rows reach the kernel an fp32 ulp away from generate's (the pool's column buckets and chunked
+    # prefill sum attention in another order), and an ulp that crosses an 8-bit rounding boundary, over 30 layers,
+    # flips a near-tie ("... la femme, la femme au martyre"). Strict: it fails today, and says so when it passes.
+    pytest.param("kernel", marks=[BLOCKS, pytest.mark.xfail(strict=True, reason="issue 48: served rows differ from "
+                                                            "generate's by fp32 ulps, which 8-bit rounding shows")]),
+])
 def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smollm2_path, capsys, monkeypatch):
     import io
     import json
@@ -264,7 +279,8 @@ def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smoll
     assert main(["chat", *flags]) == 0
     assert capsys.readouterr().out == "".join(reply + "\n" for reply in generated)
     assert _served_chat(model, tokenizer, QUESTIONS) == generated
-    assert "Paris" in generated[0], generated[0]  # the file's own numbers: what llama.cpp and the fp32 model answer
+    if weights != "kernel":  # the file's own numbers in fp32 (the kernel's answer is llama.cpp's: see above)
+        assert "Paris" in generated[0], generated[0]
 
 
 def _served_chat(model, tokenizer, questions, max_tokens=24) -> list[str]:
@@ -281,8 +297,8 @@ def _served_chat(model, tokenizer, questions, max_tokens=24) -> list[str]:
 
 @pytest.mark.slow
 def test_the_real_model_s_kept_perplexity_is_its_fp32_perplexity(smollm2, smollm2_kept):
-    """WikiText-2, four 512-token chunks: kept blocks give the fp32 model's perplexity exactly; the bf16 kernel
-    within 0.5% (measured +0.014% over six chunks on an AMD EPYC, at most 0.17% on one chunk)."""
+    """WikiText-2, four 512-token chunks: kept blocks give the fp32 model's perplexity exactly; the block kernel
+    (8-bit activations, as llama.cpp) within 1%; the bf16 kernel within 0.5% (measured +0.014% over six chunks on an AMD EPYC, at most 0.17% on one chunk)."""
     from tformer.data.corpora import get_corpus
     from tformer.model.quantized import quantized_path
 
@@ -292,6 +308,10 @@ def test_the_real_model_s_kept_perplexity_is_its_fp32_perplexity(smollm2, smollm
     fp32 = perplexity(dense, ids, ctx=512, bos_id=bos, max_chunks=4)
     kept = perplexity(smollm2_kept, ids, ctx=512, bos_id=bos, max_chunks=4)
     assert kept.chunk_ppl == fp32.chunk_ppl
+    if ggml_kernel.available():
+        with quantized_path(smollm2_kept, "blocks"):
+            blocks = perplexity(smollm2_kept, ids, ctx=512, bos_id=bos, max_chunks=4)
+        assert blocks.perplexity != fp32.perplexity and abs(blocks.perplexity / fp32.perplexity - 1) < 0.01
     if kernels()[4]:
         with quantized_path(smollm2_kept, "kernel"):
             bf16 = perplexity(smollm2_kept, ids, ctx=512, bos_id=bos, max_chunks=4)

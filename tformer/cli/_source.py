@@ -10,16 +10,16 @@ from pathlib import Path
 from tformer.core.apart import check_apart, guarded
 from tformer.core.errors import TformerError
 
-
-GGUF_WEIGHTS = ("auto", "keep", "dequantize")  # tformer.interop.gguf_model.WEIGHTS, repeated so --help loads no torch
+GGUF_WEIGHTS = ("auto", "kernel", "keep", "dequantize")  # tformer.interop.gguf_model.WEIGHTS, repeated so --help loads no torch
 
 
 def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_weights: str = "dequantize",
                          runs: bool = False) -> None:
     """``seed=False`` where the command has a --seed of its own (generate's sampler): a preset starts from it too.
-    ``gguf_weights``: the default of --gguf-weights: fp32, the fastest exact path (kept blocks are widened at every
-    product until a kernel of the same arithmetic runs them); ``runs``: the command runs the model (generate, chat,
-    serve, perplexity, translate), so it offers --bf16-kernel."""
+    ``gguf_weights``: the default of --gguf-weights: fp32, the exact path every command agrees on (the block kernel,
+    --gguf-weights kernel, is llama.cpp's arithmetic and faster, but a served row still reaches it an fp32 ulp away
+    from generate's, which its 8-bit rounding can show: issue 48); ``runs``: the command runs the model (generate,
+    chat, serve, perplexity, translate), so it offers --bf16-kernel."""
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--ckpt", metavar="DIR",
                      help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
@@ -30,10 +30,12 @@ def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_we
                      help="a GGUF file (llama.cpp's format: weights, tokenizer and chat template in one file), or a "
                           "packaged one: smollm2-135m-instruct, gemma3-270m")
     parser.add_argument("--gguf-weights", choices=GGUF_WEIGHTS, default=gguf_weights,
-                        help="(--gguf) dequantize: widen every matrix to fp32 once; keep: hold Q8_0/Q4_1/Q5_0/Q4_K/Q6_K "
-                             "matrices in the file's blocks (about a fifth of fp32's memory) and widen them exactly at "
-                             "each product (the same numbers, slower); auto: keep where the file's blocks are those, "
-                             f"else widen (default: {gguf_weights})")
+                        help="(--gguf) kernel: hold Q8_0/Q4_1/Q5_0/Q4_K/Q6_K matrices in the file's blocks (about a "
+                             "fifth of fp32's memory) and run them on tformer's block kernel, activations rounded to 8 "
+                             "bits per block of 32 as llama.cpp does (the fast path); keep: the same blocks widened "
+                             "exactly at each product (fp32's numbers, slower); dequantize: widen every matrix to fp32 "
+                             "once; auto: kernel where it is built, widening what it does not run, else dequantize "
+                             f"(default: {gguf_weights})")
     if runs:
         parser.add_argument("--bf16-kernel", action="store_true",
                             help="run kept or quantized matrices on torch's packed int4/int8 CPU kernels: bf16 "

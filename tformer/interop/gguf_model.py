@@ -6,6 +6,7 @@ Q5_0, Q4_K and Q6_K matrices, kept in their blocks and run by tformer's block Li
 
     model = load_gguf("smollm2-135m-instruct")          # a packaged name, or a path to a .gguf file: fp32
     model, tokenizer = load_gguf(path, tokenizer=True, weights="keep")   # the file's blocks, widened per product
+    model = load_gguf(path, weights="kernel")           # the file's blocks on the block kernel (llama.cpp's arithmetic)
 
 What llama.cpp's converter changed is undone here, as transformers' GGUF loader does: LLaMA-family Q and K
 rows were permuted so that llama.cpp can rotate consecutive pairs; tformer rotates the two halves of a head
@@ -29,10 +30,12 @@ from tformer.interop.gguf_file import GGUFFile, open_gguf
 from tformer.interop.gguf_quants import KEPT, block_parts, dequantize
 from tformer.interop.gguf_tokenizer import tokenizer_from_gguf
 from tformer.interop.hf import model_from_hf
+from tformer.model import ggml_kernel
+from tformer.model.quantized import use_path
 
-# load_gguf's choices: blocks kept where tformer runs them, all fp32, or auto: kept where the file's block types are
-# ones tformer keeps, else fp32 with a note (a Q4_0 or Q5_K file)
-WEIGHTS = ("auto", "keep", "dequantize")
+# load_gguf's choices: blocks kept and run by the block kernel, kept and widened at each product, all fp32, or auto:
+# the kernel where it is built (what a file's other block types hold widened to fp32, with a note), else fp32
+WEIGHTS = ("auto", "kernel", "keep", "dequantize")
 # The GGUF Linears a layer may keep in blocks (their module names under decoder.layers.{i} are the family's)
 _ROLES = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o", "ffn_gate": "gate", "ffn_up": "up",
           "ffn_down": "down"}  # config.quantize_layers' names for them
@@ -154,11 +157,20 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
     tokenizer). ``weights``: "keep" runs Q8_0, Q4_1, Q5_0, Q4_K and Q6_K matrices in their blocks (a tied head's
     blocks serve the token lookup too; float matrices, an untied embedding and the norms in fp32) and refuses other
     block types (each product widens the blocks exactly: the dequantized model's numbers in about a fifth of its
-    memory; tformer.model.quantized.use_path(model, "kernel") puts them on torch's bf16 kernel); "dequantize" (the
-    default) widens every tensor to fp32 (or ``dtype``); "auto" keeps what "keep" would and widens a file "keep"
-    refuses, saying so on stderr."""
+    memory; tformer.model.quantized.use_path(model, "kernel") puts them on torch's bf16 kernel); "kernel" keeps them
+    so and runs them on the block kernel (tformer.model.ggml_kernel: activations rounded to 8 bits per block of 32,
+    as llama.cpp does); "dequantize" (the default) widens every tensor to fp32 (or ``dtype``); "auto" is "kernel"
+    where the kernel is built, keeping what it can and widening the rest (each saying so in one line on stderr),
+    else "dequantize"."""
     if weights not in WEIGHTS:
         raise TformerError(f"--gguf-weights {weights} is not a choice; choose one of: {', '.join(WEIGHTS)}")
+    if weights in ("kernel", "auto") and not ggml_kernel.available():
+        if weights == "kernel" or dtype not in (None, torch.float32):
+            raise TformerError(ggml_kernel.unavailable_reason())
+        print(f"note: {ggml_kernel.unavailable_reason()}", file=sys.stderr)
+        weights = "dequantize"
+    if weights == "auto" and dtype not in (None, torch.float32):
+        weights = "dequantize"  # the kernel runs fp32 activations; a model asked for in another dtype is widened
     path = resolve_gguf(name_or_path)
     with open_gguf(path) as f:
         hf_config = hf_config_from_gguf(f)
@@ -167,11 +179,11 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
             tok.metadata = {k: v for k, v in f.metadata.items() if k.startswith("tokenizer.")}
             tok.metadata_types = {k: f.metadata_types[k] for k in tok.metadata}
         kept, fields = {}, None
-        if weights in ("keep", "auto"):
+        if weights in ("keep", "kernel", "auto"):
             try:
                 kept, fields = kept_linears(f)
             except TformerError as exc:
-                if weights == "keep":
+                if weights in ("keep", "kernel"):
                     raise
                 print(f"note: {exc.args[0].split(';')[0]}; its weights are widened to fp32", file=sys.stderr)
         if kept and dtype not in (None, torch.float32):
@@ -181,6 +193,8 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
         model = model_from_hf(hf_config, sd, gguf_name(name_or_path, path), device=device, dtype=dtype,
                               quantize=fields if kept else None)
         _fill_blocks(model, f, kept, hf_config)
+    if kept and weights in ("kernel", "auto"):
+        use_path(model, "blocks")
     return (model, tok) if tokenizer else model
 
 

@@ -60,6 +60,22 @@ class BlockQuantizedLinear(Int4KernelLinear):
     """Shared by Q8_0Linear and Q4_1Linear: rows of whole 32-weight blocks, run on the int4 kernel."""
 
     group = BLOCK
+    _raw: tuple | None = None  # (key of the stored tensors, their blocks as the file lays them out)
+
+    def raw_blocks(self) -> torch.Tensor:
+        """The stored parts laid out as the file's blocks, once (prepare() builds it before a graph is traced)."""
+        if torch.compiler.is_compiling():
+            if self._raw is None:
+                raise TformerError("a GGUF Linear on the blocks path is traced unprepared; call "
+                                   "tformer.model.path_choice.choose_paths(model) before compiling")
+            return self._raw[1]
+        key = self._stored_key()
+        if self._raw is None or self._raw[0] != key:
+            self._raw = (key, self._file_blocks().view(self.out_features, -1).contiguous())
+        return self._raw[1]
+
+    def _file_blocks(self) -> torch.Tensor:
+        raise NotImplementedError
 
     def __init__(self, d_in: int, d_out: int, bias: bool):
         if d_in % BLOCK:
@@ -74,7 +90,7 @@ class BlockQuantizedLinear(Int4KernelLinear):
 class Q8_0Linear(BlockQuantizedLinear):
     """GGUF's Q8_0: 32 int8 weights of a row share one fp16 scale d (symmetric: W = q * d)."""
 
-    bits, layout = 8, "q8_0"
+    bits, layout, ggml_type = 8, "q8_0", "Q8_0"
 
     def __init__(self, d_in: int, d_out: int, bias: bool = False):
         super().__init__(d_in, d_out, bias)
@@ -102,6 +118,11 @@ class Q8_0Linear(BlockQuantizedLinear):
         q = self.weight[ids].float().view(*ids.shape, k // BLOCK, BLOCK)
         return (q * self.scale[ids].float()[..., None]).view(*ids.shape, k)
 
+    def _file_blocks(self) -> torch.Tensor:
+        # per block: d fp16, then the 32 int8 values
+        d = self.scale.reshape(-1, 1).contiguous().view(torch.uint8)
+        return torch.cat((d, self.weight.reshape(-1, BLOCK).view(torch.uint8)), dim=1)
+
     def _planes(self):
         q = self.weight
         high, low = (q >> 4) + INT4_MID, q & 0x0F  # q = 16 (high - 8) + low; high and low 0..15
@@ -118,7 +139,7 @@ class Q8_0Linear(BlockQuantizedLinear):
 class Q4_1Linear(BlockQuantizedLinear):
     """GGUF's Q4_1: 32 4-bit weights of a row share an fp16 scale d and minimum m (W = q * d + m)."""
 
-    bits, layout = 4, "q4_1"
+    bits, layout, ggml_type = 4, "q4_1", "Q4_1"
 
     def __init__(self, d_in: int, d_out: int, bias: bool = False):
         super().__init__(d_in, d_out, bias)
@@ -152,6 +173,13 @@ class Q4_1Linear(BlockQuantizedLinear):
         q = nibble_pairs(self.weight[ids].reshape(-1, k // 2), ids.numel(), k).float()
         q = q.view(*ids.shape, k // BLOCK, BLOCK)
         return (q * self.scale[ids].float()[..., None] + self.min[ids].float()[..., None]).view(*ids.shape, k)
+
+    def _file_blocks(self) -> torch.Tensor:
+        # per block: d and m fp16, then 16 bytes: value j in byte j's low nibble, value j + 16 in its high one
+        q = self.values().view(-1, BLOCK)
+        qs = q[:, :16] | (q[:, 16:] << 4)
+        dm = torch.cat((self.scale.reshape(-1, 1), self.min.reshape(-1, 1)), dim=1).contiguous().view(torch.uint8)
+        return torch.cat((dm, qs), dim=1)
 
     def _planes(self):
         d = self.scale.float()

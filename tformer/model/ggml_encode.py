@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from tformer.core.quant_formats import GGML_BLOCKS
+
 
 def _fp16_bytes(x: torch.Tensor) -> torch.Tensor:
     """(blocks, 1) fp32 -> (blocks, 2) bytes of its fp16."""
@@ -78,4 +80,23 @@ def encode_q6_k(x: torch.Tensor) -> torch.Tensor:
 
 ENCODERS = {"Q5_0": encode_q5_0, "Q4_K": encode_q4_k, "Q6_K": encode_q6_k}
 
-__all__ = ["ENCODERS", "encode_q4_k", "encode_q5_0", "encode_q6_k"]
+# Where each format keeps its fp16 scales (and mins): byte offsets in a block (ggml_blocks' table).
+SCALE_BYTES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2),
+               "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def random_blocks(rows: int, cols: int, ggml_type: str, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(rows, row bytes) uint8 of random blocks whose fp16 scales are finite (0.001 to 0.01, a Q4_1 min -0.1 to
+    0): every other bit random, so every value, sub-block scale and high bit a format holds is met. For tests and
+    benches of the block kernels, at sizes an encoder would take long over."""
+    per_block, block_bytes = GGML_BLOCKS[ggml_type]
+    blocks = torch.randint(0, 256, (rows * cols // per_block, block_bytes), dtype=torch.uint8, generator=generator)
+    for i, at in enumerate(SCALE_BYTES[ggml_type]):
+        value = torch.rand(blocks.shape[0], 1, generator=generator) * 0.009 + 0.001
+        if i == 1 and ggml_type in ("Q4_1", "Q5_1"):
+            value = -10 * value
+        blocks[:, at:at + 2] = _fp16_bytes(value)
+    return blocks.view(rows, -1)
+
+
+__all__ = ["ENCODERS", "SCALE_BYTES", "encode_q4_k", "encode_q5_0", "encode_q6_k", "random_blocks"]

@@ -58,6 +58,9 @@ class GGMLBlocksLinear(Int4KernelLinear):
                                "they came from")
         self.set_blocks(ENCODERS[self.ggml_type](w.reshape(-1, self.per_block)))
 
+    def raw_blocks(self) -> torch.Tensor:
+        return self.blocks
+
     def _rows_of_blocks(self) -> torch.Tensor:
         return self.blocks.view(-1, self.block_bytes)  # (out * blocks per row, bytes per block)
 

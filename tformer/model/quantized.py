@@ -20,6 +20,10 @@ reference's. That is why a speed choice may never pick it: when it was chosen pe
 same prompt decoded alone (one row) and in a served batch (eight rows) took different arithmetic and answered
 differently (issue 45). The kernel's rows do not depend on each other, so with the kernel asked for, a served
 batch still computes what one row alone computes.
+``blocks`` (GGUF's block formats only, the default for a GGUF file's kept matrices when it is built): tformer's
+block-quantized kernel (tformer.model.ggml_kernel) on the file's own block bytes, activations rounded per block
+of 32 to 8 bits as llama.cpp rounds them: llama.cpp's arithmetic, at the memory floor, and the same for a row
+whatever batch it is in.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from tformer.core.errors import TformerError
+from tformer.model import ggml_kernel
 
 KERNEL_DTYPE = torch.bfloat16  # the activation dtype the CPU kernels are vectorised for
 INT4_MID = 8  # the kernel's int4 values 0..15 are centred on 8
 _INT4_N_MULTIPLE = 16  # the int4 CPU packer takes whole blocks of 16 output rows; rows beyond pad with zeros
-PATHS = ("reference", "kernel")
+PATHS = ("reference", "kernel", "blocks")
 
 
 def kernels() -> dict[str, bool]:
@@ -59,6 +64,7 @@ class QuantizedLinear(nn.Module):
     bits = 0
     kernel_bits = 0  # which of torch's CPU kernels (8 or 4, see kernels()) the kernel path runs on
     layout = ""
+    ggml_type = ""  # a GGUF block format (Q8_0, Q4_1, ...): the blocks path runs it (tformer.model.ggml_kernel)
 
     def __init__(self, d_in: int, d_out: int, bias: bool):
         super().__init__()
@@ -87,6 +93,10 @@ class QuantizedLinear(nn.Module):
     def prepare(self) -> None:
         """Before decoding and before tracing (tformer.model.path_choice.choose_paths): on the kernel path, check the
         kernel exists here and pack its operands now, so a graph compiled next reads them as constants."""
+        if self.path == "blocks":
+            self._check_blocks_path()
+            self.raw_blocks()
+            return
         if self.path != "kernel":
             return
         device = next(self.buffers(recurse=False)).device
@@ -97,7 +107,33 @@ class QuantizedLinear(nn.Module):
         self._kernel_operands()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.path == "blocks":
+            return self._run_blocks(x)
         return self._run(x, self.path == "kernel")
+
+    def _check_blocks_path(self) -> None:
+        if self.ggml_type not in ggml_kernel.FORMATS:
+            raise TformerError(f"the block kernel runs GGUF's {', '.join(ggml_kernel.FORMATS)} blocks; a "
+                               f"{self.layout} Linear has none: use the reference path")
+        if not ggml_kernel.available():
+            raise TformerError(ggml_kernel.unavailable_reason())
+        if next(self.buffers(recurse=False)).device.type != "cpu":
+            raise TformerError("the block kernel runs on the CPU; a model on another device takes the reference path")
+
+    def raw_blocks(self) -> torch.Tensor:
+        """W as a GGUF file holds it: (out, row bytes) uint8 of ``ggml_type`` blocks, the block kernel's operand."""
+        raise NotImplementedError
+
+    def _run_blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """y = x W^T + b on the block kernel: x in fp32 (the kernel rounds it to 8 bits per block of 32). prepare()
+        checked the blocks once; a decode step calls this ~200 times, so nothing else is checked here."""
+        rows = x.reshape(-1, self.in_features)
+        y = ggml_kernel.product(rows if rows.dtype == torch.float32 else rows.float(), self.raw_blocks(),
+                                ggml_kernel.FORMATS[self.ggml_type])
+        if self.bias is not None:
+            y += self.bias
+        y = y.view(*x.shape[:-1], self.out_features)
+        return y if x.dtype == torch.float32 else y.to(x.dtype)
 
     def _run(self, x: torch.Tensor, kernel: bool) -> torch.Tensor:
         """y = x W^T + b through the kernel or the reference (dequantise, then F.linear)."""
@@ -131,10 +167,12 @@ class QuantizedLinear(nn.Module):
 
 
 def use_path(model, path: str) -> int:
-    """Every quantized Linear of ``model`` on ``path`` ("reference" or "kernel"); returns how many there are."""
+    """Every quantized Linear of ``model`` on ``path`` ("reference", "kernel" or "blocks": only those holding a
+    format the block kernel runs move to it); returns how many moved."""
     if path not in PATHS:
         raise TformerError(f"quantized path {path!r} is unknown; choose one of: {', '.join(PATHS)}")
-    modules = [m for m in model.modules() if isinstance(m, QuantizedLinear)]
+    modules = [m for m in model.modules() if isinstance(m, QuantizedLinear)
+               and (path != "blocks" or m.ggml_type in ggml_kernel.FORMATS)]
     for m in modules:
         m.path = path
     return len(modules)

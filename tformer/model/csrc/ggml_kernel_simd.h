@@ -1,0 +1,206 @@
+/* The SIMD rows of ggml_kernel.c, included once per instruction set with SIMD_TARGET (the target attribute),
+ * SIMD_NAME (a suffix for every function) and SIMD_VNNI (1: the 4-wide u8 x s8 sum is AVX-512 VNNI's dpbusd;
+ * 0: AVX2's maddubs then madd, equal while no 16-bit pair sum saturates: the largest here is 2 x 128 x 127).
+ *
+ * A block of 32 weights becomes one 256-bit vector u of 32 unsigned bytes (Q8_0: the weights' magnitudes, the
+ * activations taking their signs), dotted with the 32 activation bytes into 8 int32 lanes (lane i: bytes 4i..4i+3,
+ * so lanes 0-3 are the first 16 values: Q6_K's two sub-blocks get their own scale by lane). */
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline)) SIMD_TARGET
+#ifndef UNROLL
+#if defined(__clang__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL _Pragma("GCC unroll 4")
+#endif
+#endif
+
+ALWAYS_INLINE __m256i SIMD_NAME(dot4)(__m256i u, __m256i q) {
+#if SIMD_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+#endif
+}
+
+ALWAYS_INLINE float SIMD_NAME(hsum)(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+ALWAYS_INLINE float SIMD_NAME(half)(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes of nibbles -> 32 values: the low nibbles, then the high ones (Q4_0, Q4_1, Q5_0's low bits). */
+ALWAYS_INLINE __m256i SIMD_NAME(nibbles16)(const uint8_t *qs) {
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+/* Q5_0's 32 fifth bits (a little-endian u32) -> 32 bytes, 0x10 where the bit is set. */
+ALWAYS_INLINE __m256i SIMD_NAME(fifth_bits)(const uint8_t *qh) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i byte_of = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                              0x0101010101010101LL, 0x0000000000000000LL);
+    const __m256i bit_of = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), byte_of), bit_of);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit_of), _mm256_set1_epi8(0x10));
+}
+
+/* One activation block of row r: acc += (scale * d) * dot(u, q); offsets += offset * (d * sum q), into the
+ * accumulators of parity PAR (a constant): two chains per row, as one would wait on the previous add every block.
+ * `signs` (Q8_0 only): the weights themselves, whose signs move onto the activations. */
+#define ONE_BLOCK(PAR, chunk_index, u_vec, scale, offset, has_offset, signs, w_signs)                         \
+    UNROLL for (int r = 0; r < R; r++) {                                                                       \
+        int64_t ab = (m0 + r) * KB + (chunk_index);                                                            \
+        __m256i q = _mm256_loadu_si256((const __m256i *)(a->q + ab * 32));                                     \
+        if (signs) q = _mm256_sign_epi8(q, w_signs);                                                           \
+        __m256 dot = _mm256_cvtepi32_ps(SIMD_NAME(dot4)(u_vec, q));                                            \
+        acc##PAR[r * C + c] = _mm256_fmadd_ps(_mm256_set1_ps((scale) * a->d[ab]), dot, acc##PAR[r * C + c]);   \
+        if (has_offset) off##PAR[r * C + c] += (offset) * a->ds[ab];                                           \
+    }
+
+/* Q6_K's block of 32: two sub-blocks of 16, each its own scale (lanes 0-3 and 4-7 of the dot). */
+#define Q6_BLOCK(PAR, chunk_index, u_vec, s_lo, s_hi)                                                         \
+    UNROLL for (int r = 0; r < R; r++) {                                                                       \
+        int64_t ab = (m0 + r) * KB + (chunk_index);                                                            \
+        __m256i q = _mm256_loadu_si256((const __m256i *)(a->q + ab * 32));                                     \
+        float da = a->d[ab];                                                                                   \
+        __m256 scale = _mm256_set_m128(_mm_set1_ps((s_hi) * da), _mm_set1_ps((s_lo) * da));                   \
+        acc##PAR[r * C + c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(SIMD_NAME(dot4)(u_vec, q)),             \
+                                              acc##PAR[r * C + c]);                                            \
+        off##PAR[r * C + c] += (-32.0f * (s_lo)) * a->ds16[2 * ab] + (-32.0f * (s_hi)) * a->ds16[2 * ab + 1];  \
+    }
+
+/* Block i of a 32-weight format: its u, scale and offset. */
+ALWAYS_INLINE __m256i SIMD_NAME(small_block)(int fmt, const uint8_t *blk, float *scale, float *offset) {
+    *scale = SIMD_NAME(half)(blk);
+    switch (fmt) {
+    case FMT_Q4_0:
+        *offset = -8.0f * *scale;
+        return SIMD_NAME(nibbles16)(blk + 2);
+    case FMT_Q4_1:
+        *offset = SIMD_NAME(half)(blk + 2);
+        return SIMD_NAME(nibbles16)(blk + 4);
+    case FMT_Q5_0:
+        *offset = -16.0f * *scale;
+        return _mm256_or_si256(SIMD_NAME(nibbles16)(blk + 6), SIMD_NAME(fifth_bits)(blk + 2));
+    default:  // Q8_0: the magnitudes (the signs go onto the activations)
+        *offset = 0.0f;
+        __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        return _mm256_sign_epi8(w, w);
+    }
+}
+
+#define SMALL_BLOCK(PAR, i)                                                                                    \
+    {                                                                                                          \
+        const uint8_t *blk = w + c * row_bytes + (i) * bytes;                                                  \
+        float scale, offset;                                                                                   \
+        __m256i u = SIMD_NAME(small_block)(FMT, blk, &scale, &offset);                                        \
+        __m256i w_signs = FMT == FMT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : u;                \
+        ONE_BLOCK(PAR, i, u, scale, offset, FMT != FMT_Q8_0, FMT == FMT_Q8_0, w_signs)                        \
+    }
+
+/* The rows of one 32-weight format (FMT a constant in each instantiation). */
+#define SMALL_ROWS(FMT_VALUE)                                                                                  \
+    {                                                                                                          \
+        const int FMT = FMT_VALUE;                                                                             \
+        const int64_t bytes = BLOCK_BYTES[FMT_VALUE];                                                          \
+        int64_t i = 0;                                                                                         \
+        for (; i + 1 < KB; i += 2) {                                                                           \
+            UNROLL for (int c = 0; c < C; c++) SMALL_BLOCK(0, i)                                                      \
+            UNROLL for (int c = 0; c < C; c++) SMALL_BLOCK(1, i + 1)                                                  \
+        }                                                                                                      \
+        if (i < KB)                                                                                            \
+            UNROLL for (int c = 0; c < C; c++) SMALL_BLOCK(0, i)                                                      \
+    }
+
+/* A tile of R activation rows x C weight rows (R C <= 4, both constants): each output's accumulators take the
+ * same instructions in the same order whatever the tile, so a row's result does not depend on its batch. */
+ALWAYS_INLINE void SIMD_NAME(tile_body)(int fmt, const uint8_t *w, int64_t row_bytes, const acts_t *a, int64_t m0,
+                                         int64_t ld, float *out, const int R, const int C) {
+    __m256 acc0[ROWS_AT_ONCE], acc1[ROWS_AT_ONCE];
+    float off0[ROWS_AT_ONCE], off1[ROWS_AT_ONCE];
+    for (int t = 0; t < R * C; t++) {
+        acc0[t] = acc1[t] = _mm256_setzero_ps();
+        off0[t] = off1[t] = 0.0f;
+    }
+    const int64_t KB = a->KB;
+    switch (fmt) {
+    case FMT_Q4_0: SMALL_ROWS(FMT_Q4_0) break;
+    case FMT_Q4_1: SMALL_ROWS(FMT_Q4_1) break;
+    case FMT_Q5_0: SMALL_ROWS(FMT_Q5_0) break;
+    case FMT_Q8_0: SMALL_ROWS(FMT_Q8_0) break;
+    case FMT_Q4_K:
+        for (int64_t b = 0; b < KB / 8; b++)
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *blk = w + c * row_bytes + b * 144;
+            float d = SIMD_NAME(half)(blk), dmin = SIMD_NAME(half)(blk + 2), scale[8], offset[8];
+            const uint8_t *s6 = blk + 4;
+            for (int j = 0; j < 4; j++) {  // ggml's get_scale_min_k4, all eight at once
+                scale[j] = d * (float)(s6[j] & 63);
+                offset[j] = -(dmin * (float)(s6[j + 4] & 63));
+                scale[j + 4] = d * (float)((s6[j + 8] & 0x0F) | ((s6[j] >> 6) << 4));
+                offset[j + 4] = -(dmin * (float)((s6[j + 8] >> 4) | ((s6[j + 4] >> 6) << 4)));
+            }
+            for (int pair = 0; pair < 4; pair++) {  // qs bytes 32 pair..: low nibbles sub-block 2 pair, high 2 pair + 1
+                __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * pair));
+                __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+                ONE_BLOCK(0, 8 * b + 2 * pair, lo, scale[2 * pair], offset[2 * pair], 1, 0, lo)
+                ONE_BLOCK(1, 8 * b + 2 * pair + 1, hi, scale[2 * pair + 1], offset[2 * pair + 1], 1, 0, hi)
+            }
+        }
+        break;
+    case FMT_Q6_K:
+        for (int64_t b = 0; b < KB / 8; b++)
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *blk = w + c * row_bytes + b * 210;
+            float d = SIMD_NAME(half)(blk + 208);
+            const int8_t *sc = (const int8_t *)(blk + 192);
+            for (int pair = 0; pair < 4; pair++) {  // blocks c = 2 pair, 2 pair + 1: half c/4, quarters c%4
+                int h = pair / 2;
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+                __m256i u[2];
+                for (int j = 0; j < 2; j++) {
+                    int quarter = (2 * pair + j) % 4;
+                    __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (quarter & 1)));
+                    __m256i low = _mm256_and_si256(quarter >= 2 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
+                    __m256i top = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * quarter)),
+                                                   _mm256_set1_epi8(0x03));
+                    u[j] = _mm256_or_si256(low, _mm256_slli_epi16(top, 4));
+                }
+                int k = 2 * pair;
+                Q6_BLOCK(0, 8 * b + k, u[0], d * (float)sc[2 * k], d * (float)sc[2 * k + 1])
+                Q6_BLOCK(1, 8 * b + k + 1, u[1], d * (float)sc[2 * k + 2], d * (float)sc[2 * k + 3])
+            }
+        }
+        break;
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            out[r * ld + c] = SIMD_NAME(hsum)(_mm256_add_ps(acc0[r * C + c], acc1[r * C + c])) +
+                              (off0[r * C + c] + off1[r * C + c]);
+}
+
+static SIMD_TARGET void SIMD_NAME(rows4)(int fmt, const uint8_t *w, int64_t row_bytes, const acts_t *a,
+                                         int64_t m0, int64_t ld, float *out) {
+    SIMD_NAME(tile_body)(fmt, w, row_bytes, a, m0, ld, out, ROWS_AT_ONCE, 1);
+}
+
+static SIMD_TARGET void SIMD_NAME(one)(int fmt, const uint8_t *w, int64_t row_bytes, const acts_t *a,
+                                       int64_t m0, int64_t ld, float *out) {
+    SIMD_NAME(tile_body)(fmt, w, row_bytes, a, m0, ld, out, 1, 1);
+}
+
+#undef ONE_BLOCK
+#undef Q6_BLOCK
+#undef SMALL_BLOCK
+#undef SMALL_ROWS
+#undef ALWAYS_INLINE

@@ -1,0 +1,122 @@
+"""The block-quantized matrix product, compiled from tformer/model/csrc/ggml_kernel.c when tformer was installed
+with a C compiler: y (M, N) = x (M, K) W^T, W kept as a GGUF file's blocks (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K).
+
+Its arithmetic, which tests/model/test_ggml_kernel.py checks against a float64 evaluation of this definition:
+    x is quantized per block of 32 to 8 bits, as ggml quantizes Q8_0 (d = amax / 127 in fp32, q = roundf(x / d));
+    per block of 32 weights, the integer dot of the weight's small integers with q, times (weight scale * d), plus
+    the weight's offset (Q4_0's -8 d, Q4_1's min, a K-quant sub-block's min, Q6_K's -32 s) times d * sum(q).
+So W's values are exactly the file's (tformer.model.ggml_blocks decodes the same ones); x is rounded to 8 bits,
+as llama.cpp's CPU backend rounds it. Each output row comes out the same whatever the batch it is computed in
+and however many threads split the work: a served request gets the tokens generate gives.
+
+matmul() calls the C function directly (eager: microseconds per call matter, a decode step makes ~200); inside a
+torch.compile graph it is the custom op tformer::ggml_matmul, which the compiler keeps as one opaque call.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+
+import torch
+
+from tformer.core.errors import TformerError
+from tformer.core.quant_formats import GGML_BLOCKS
+
+try:
+    from tformer.model import _ggml_kernel as _native
+except ImportError as error:  # installed without a C compiler, or a build that failed
+    _native = None
+    _IMPORT_ERROR = str(error)
+else:
+    _IMPORT_ERROR = ""
+
+FORMATS = {"Q4_0": 0, "Q4_1": 1, "Q5_0": 2, "Q8_0": 3, "Q4_K": 4, "Q6_K": 5}  # the C side's format ids
+
+
+def available() -> bool:
+    return _native is not None
+
+
+def compiler_found() -> bool:
+    """Whether this machine has the C compiler the install would have used (tests fail, not skip, when it does
+    and the kernel is missing)."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None or shutil.which("cc") is not None
+
+
+def unavailable_reason() -> str:
+    """One line: why the kernel is missing and how to get it ("" when it is here)."""
+    if _native is not None:
+        return ""
+    how = ("reinstall with `python3 -m pip install -e .` to build it" if compiler_found() else
+           "no C compiler was found when tformer was installed; install one (gcc or clang) and reinstall with "
+           "`python3 -m pip install -e .`")
+    return f"the block-quantized kernel is not built ({_IMPORT_ERROR}); {how}; running torch's path instead"
+
+
+def simd() -> str:
+    """The instruction set the kernel runs on this CPU ("AVX-512 VNNI", "AVX2", "portable C")."""
+    return _native.simd() if _native is not None else "not built"
+
+
+def _check(x: torch.Tensor, blocks: torch.Tensor, ggml_type: str) -> None:
+    if _native is None:
+        raise TformerError(unavailable_reason())
+    if ggml_type not in FORMATS:
+        raise TformerError(f"the kernel runs {', '.join(FORMATS)} blocks, not {ggml_type!r}; use the reference path")
+    per_block, block_bytes = GGML_BLOCKS[ggml_type]
+    if x.dim() != 2 or x.dtype != torch.float32 or x.device.type != "cpu":
+        raise TformerError(f"the kernel takes x as (rows, in) fp32 on the CPU, got {tuple(x.shape)} {x.dtype} on "
+                           f"{x.device}")
+    k = x.shape[1]
+    if k % per_block or blocks.dtype != torch.uint8 or blocks.dim() != 2 or blocks.device.type != "cpu" \
+            or blocks.shape[1] != k // per_block * block_bytes:
+        raise TformerError(f"{ggml_type} blocks for an input width {k} are (out, {k // per_block * block_bytes}) "
+                           f"uint8 (width a multiple of {per_block}); got {tuple(blocks.shape)} {blocks.dtype}")
+
+
+def _run(x: torch.Tensor, blocks: torch.Tensor, fmt: int, threads: int) -> torch.Tensor:
+    x = x.contiguous()
+    blocks = blocks.contiguous()
+    y = torch.empty(x.shape[0], blocks.shape[0], dtype=torch.float32)
+    _native.matmul(x.data_ptr(), x.shape[0], x.shape[1], blocks.data_ptr(), blocks.shape[0], blocks.shape[1], fmt,
+                   y.data_ptr(), threads)
+    return y
+
+
+@torch.library.custom_op("tformer::ggml_matmul", mutates_args=())
+def ggml_matmul(x: torch.Tensor, blocks: torch.Tensor, fmt: int) -> torch.Tensor:
+    """x (M, K) fp32 @ blocks (N, row bytes) of format id ``fmt`` -> (M, N) fp32, on torch's thread count."""
+    return _run(x, blocks, fmt, torch.get_num_threads())
+
+
+@ggml_matmul.register_fake
+def _(x: torch.Tensor, blocks: torch.Tensor, fmt: int) -> torch.Tensor:
+    return x.new_empty(x.shape[0], blocks.shape[0])
+
+
+def product(x: torch.Tensor, blocks: torch.Tensor, fmt: int) -> torch.Tensor:
+    """matmul() for operands a Linear has already checked (x (M, K) fp32, blocks its own of format id ``fmt``):
+    the decode step's path, a few microseconds of Python per call instead of matmul()'s checks."""
+    if torch.compiler.is_compiling():
+        return ggml_matmul(x, blocks, fmt)
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], blocks.shape[0])
+    _native.matmul(x.data_ptr(), x.shape[0], x.shape[1], blocks.data_ptr(), blocks.shape[0], blocks.shape[1], fmt,
+                   y.data_ptr(), torch.get_num_threads())
+    return y
+
+
+def matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: str, threads: int | None = None) -> torch.Tensor:
+    """x (M, K) fp32 times the blocks' W^T -> (M, N) fp32; ``threads`` defaults to torch's."""
+    if torch.compiler.is_compiling():
+        return ggml_matmul(x, blocks, FORMATS[ggml_type])
+    _check(x, blocks, ggml_type)
+    if threads is not None and not 1 <= threads <= 256:
+        raise TformerError(f"the kernel runs on 1 to 256 threads, not {threads}")
+    return _run(x, blocks, FORMATS[ggml_type], threads or torch.get_num_threads())
+
+
+__all__ = ["FORMATS", "available", "compiler_found", "ggml_matmul", "matmul", "product", "simd",
+           "unavailable_reason"]
