@@ -195,6 +195,7 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
         _fill_blocks(model, f, kept, hf_config)
     if kept and weights in ("kernel", "auto"):
         use_path(model, "blocks")
+        ggml_kernel.take_threads()  # the kernel's pool runs the products; torch's own pool would spin against it
     return (model, tok) if tokenizer else model
 
 
