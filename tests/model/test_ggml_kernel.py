@@ -153,9 +153,20 @@ def test_each_instruction_set_computes_the_same_arithmetic(forced, expect):
 def test_the_custom_op_is_well_formed_for_the_compiler():
     blocks, _ = _weights("Q8_0", 16, 64)
     x = torch.randn(3, 64)
-    torch.library.opcheck(ggml_kernel.ggml_matmul, (x, blocks, ggml_kernel.FORMATS["Q8_0"]))
+    packed = ggml_kernel.repack(blocks, "Q8_0")
+    torch.library.opcheck(ggml_kernel.ggml_matmul, (x, packed, ggml_kernel.FORMATS["Q8_0"]))
     eager = ggml_kernel.matmul(x, blocks, "Q8_0")
-    assert torch.equal(ggml_kernel.ggml_matmul(x, blocks, ggml_kernel.FORMATS["Q8_0"]), eager)
+    assert torch.equal(ggml_kernel.ggml_matmul(x, packed, ggml_kernel.FORMATS["Q8_0"]), eager)
+    assert torch.equal(ggml_kernel.product(x, packed, ggml_kernel.FORMATS["Q8_0"]), eager)
+
+
+@pytest.mark.parametrize("ggml_type", FORMATS)
+def test_repacking_keeps_every_byte(ggml_type):
+    blocks, _ = _weights(ggml_type, 7, _width(ggml_type, 9))
+    packed = ggml_kernel.repack(blocks, ggml_type)
+    assert packed.shape == blocks.shape
+    assert torch.equal(torch.sort(packed.flatten()).values, torch.sort(blocks.flatten()).values)
+    assert torch.equal(packed, blocks) == (ggml_type not in ggml_kernel.PACKED)
 
 
 @pytest.mark.slow

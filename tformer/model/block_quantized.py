@@ -60,19 +60,9 @@ class BlockQuantizedLinear(Int4KernelLinear):
     """Shared by Q8_0Linear and Q4_1Linear: rows of whole 32-weight blocks, run on the int4 kernel."""
 
     group = BLOCK
-    _raw: tuple | None = None  # (key of the stored tensors, their blocks as the file lays them out)
-
     def raw_blocks(self) -> torch.Tensor:
-        """The stored parts laid out as the file's blocks, once (prepare() builds it before a graph is traced)."""
-        if torch.compiler.is_compiling():
-            if self._raw is None:
-                raise TformerError("a GGUF Linear on the blocks path is traced unprepared; call "
-                                   "tformer.model.path_choice.choose_paths(model) before compiling")
-            return self._raw[1]
-        key = self._stored_key()
-        if self._raw is None or self._raw[0] != key:
-            self._raw = (key, self._file_blocks().view(self.out_features, -1).contiguous())
-        return self._raw[1]
+        """The stored parts laid out as the file's blocks (kernel_blocks() keeps their repacked form)."""
+        return self._file_blocks().view(self.out_features, -1)
 
     def _file_blocks(self) -> torch.Tensor:
         raise NotImplementedError

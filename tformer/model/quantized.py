@@ -95,7 +95,7 @@ class QuantizedLinear(nn.Module):
         kernel exists here and pack its operands now, so a graph compiled next reads them as constants."""
         if self.path == "blocks":
             self._check_blocks_path()
-            self.raw_blocks()
+            self.kernel_blocks()
             return
         if self.path != "kernel":
             return
@@ -121,14 +121,34 @@ class QuantizedLinear(nn.Module):
             raise TformerError("the block kernel runs on the CPU; a model on another device takes the reference path")
 
     def raw_blocks(self) -> torch.Tensor:
-        """W as a GGUF file holds it: (out, row bytes) uint8 of ``ggml_type`` blocks, the block kernel's operand."""
+        """W as a GGUF file holds it: (out, row bytes) uint8 of ``ggml_type`` blocks."""
         raise NotImplementedError
+
+    _repacked_key: tuple | None = None  # the stored tensors' key when ``repacked`` was built
+
+    def kernel_blocks(self) -> torch.Tensor:
+        """raw_blocks() repacked once for the block kernel (ggml_kernel.repack), rebuilt when the stored tensors
+        change; prepare() builds it before a graph is traced. A non-persistent buffer, not a plain attribute: a
+        compiled graph takes it as an input with one tensor guard (a tuple attribute cost a guard per item, and
+        guards are evaluated every step)."""
+        if self.ggml_type not in ggml_kernel.PACKED:  # the K-quants run in the file's own layout
+            return self.raw_blocks()
+        if torch.compiler.is_compiling():
+            if getattr(self, "repacked", None) is None:
+                raise TformerError("a GGUF Linear on the blocks path is traced unprepared; call "
+                                   "tformer.model.path_choice.choose_paths(model) before compiling")
+            return self.repacked
+        key = self._stored_key()
+        if self._repacked_key != key or getattr(self, "repacked", None) is None:
+            self.register_buffer("repacked", ggml_kernel.repack(self.raw_blocks(), self.ggml_type), persistent=False)
+            self._repacked_key = self._stored_key()
+        return self.repacked
 
     def _run_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """y = x W^T + b on the block kernel: x in fp32 (the kernel rounds it to 8 bits per block of 32). prepare()
         checked the blocks once; a decode step calls this ~200 times, so nothing else is checked here."""
         rows = x.reshape(-1, self.in_features)
-        y = ggml_kernel.product(rows if rows.dtype == torch.float32 else rows.float(), self.raw_blocks(),
+        y = ggml_kernel.product(rows if rows.dtype == torch.float32 else rows.float(), self.kernel_blocks(),
                                 ggml_kernel.FORMATS[self.ggml_type])
         if self.bias is not None:
             y += self.bias
@@ -149,7 +169,7 @@ class QuantizedLinear(nn.Module):
 
     def _stored_key(self) -> tuple:
         # A load_state_dict copy bumps the version counter in place, a reassigned buffer has a new pointer.
-        return tuple((t.data_ptr(), t._version) for t in self.buffers(recurse=False))
+        return tuple((t.data_ptr(), t._version) for name, t in self.named_buffers(recurse=False) if name != "repacked")
 
     def _kernel_operands(self):
         if torch.compiler.is_compiling():  # prepare() packed them; data pointers cannot be read in a graph

@@ -83,6 +83,46 @@ static void k4_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
     }
 }
 
+/* The 32-weight formats are repacked once at load (repack(): the same bytes, regrouped) so that 8 blocks' scales
+ * sit side by side and widen in one instruction: a row of KB blocks becomes
+ *     d fp16 [KB] | (Q4_1) m fp16 [KB] | (Q5_0) qh u32 [KB] | qs [KB][16] (Q8_0: [KB][32])
+ * The K-quants keep the file's layout (their scales are already per super-block). */
+static int is_packed32(int fmt) { return fmt <= FMT_Q8_0; }
+
+static int64_t qs_offset(int fmt, int64_t KB) {
+    return fmt == FMT_Q4_1 ? 4 * KB : fmt == FMT_Q5_0 ? 6 * KB : 2 * KB;
+}
+
+/* Block i of a packed row back in the file's layout (the portable path reads that). */
+static void file_block(int fmt, const uint8_t *row, int64_t KB, int64_t i, uint8_t *blk) {
+    const uint8_t *qs = row + qs_offset(fmt, KB);
+    memcpy(blk, row + 2 * i, 2);
+    switch (fmt) {
+    case FMT_Q4_0: memcpy(blk + 2, qs + 16 * i, 16); break;
+    case FMT_Q4_1: memcpy(blk + 2, row + 2 * KB + 2 * i, 2); memcpy(blk + 4, qs + 16 * i, 16); break;
+    case FMT_Q5_0: memcpy(blk + 2, row + 2 * KB + 4 * i, 4); memcpy(blk + 6, qs + 16 * i, 16); break;
+    default: memcpy(blk + 2, qs + 32 * i, 32); break;
+    }
+}
+
+static void repack_rows(int fmt, const uint8_t *src, uint8_t *dst, int64_t N, int64_t KB) {
+    int64_t bb = BLOCK_BYTES[fmt], row_bytes = KB * bb, at = qs_offset(fmt, KB);
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *s = src + n * row_bytes;
+        uint8_t *d = dst + n * row_bytes;
+        for (int64_t i = 0; i < KB; i++) {
+            const uint8_t *blk = s + i * bb;
+            memcpy(d + 2 * i, blk, 2);
+            switch (fmt) {
+            case FMT_Q4_0: memcpy(d + at + 16 * i, blk + 2, 16); break;
+            case FMT_Q4_1: memcpy(d + 2 * KB + 2 * i, blk + 2, 2); memcpy(d + at + 16 * i, blk + 4, 16); break;
+            case FMT_Q5_0: memcpy(d + 2 * KB + 4 * i, blk + 2, 4); memcpy(d + at + 16 * i, blk + 6, 16); break;
+            default: memcpy(d + at + 32 * i, blk + 2, 32); break;
+            }
+        }
+    }
+}
+
 /* Step 1: x (M, K) fp32 -> 8-bit blocks of 32.  roundf rounds halves away from zero, as ggml does. */
 static void quantize_rows(const float *x, int64_t M, int64_t K, int8_t *q, float *d, float *ds, float *ds16) {
     int64_t KB = K / 32;
@@ -172,7 +212,12 @@ static void rows_portable(int fmt, const uint8_t *wrow, const acts_t *a, int64_t
     int64_t blocks = a->K / PER_BLOCK[fmt];
     float acc[2] = {0.0f, 0.0f}, offsets[2] = {0.0f, 0.0f};  // by the parity of the block of 32, as the SIMD rows
     for (int64_t b = 0; b < blocks; b++) {
+        uint8_t unpacked[34];
         const uint8_t *blk = wrow + b * BLOCK_BYTES[fmt];
+        if (is_packed32(fmt)) {
+            file_block(fmt, wrow, a->KB, b, unpacked);
+            blk = unpacked;
+        }
         for (int c = 0; c < chunks; c++) {
             int64_t ab = m * a->KB + b * chunks + c;  // the activation block
             const int8_t *q = a->q + ab * 32;
@@ -417,6 +462,35 @@ static PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+/* repack(src_ptr, dst_ptr, N, row_bytes, fmt): a tensor's file blocks into the kernel's layout (see is_packed32);
+ * the K-quants are copied as they are. */
+static PyObject *py_repack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "repack(src_ptr, dst_ptr, N, row_bytes, fmt)");
+        return NULL;
+    }
+    long long v[5];
+    for (int i = 0; i < 5; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    int fmt = (int)v[4];
+    if (fmt < 0 || fmt >= FMT_COUNT || v[2] < 0 || v[3] <= 0 || v[3] % BLOCK_BYTES[fmt] != 0) {
+        PyErr_SetString(PyExc_ValueError, "ggml_kernel.repack: format or shape out of range");
+        return NULL;
+    }
+    const uint8_t *src = (const uint8_t *)(intptr_t)v[0];
+    uint8_t *dst = (uint8_t *)(intptr_t)v[1];
+    Py_BEGIN_ALLOW_THREADS
+    if (is_packed32(fmt))
+        repack_rows(fmt, src, dst, v[2], v[3] / BLOCK_BYTES[fmt]);
+    else
+        memcpy(dst, src, (size_t)(v[2] * v[3]));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_simd(PyObject *self, PyObject *unused) {
     (void)self; (void)unused;
     return PyUnicode_FromString(SIMD_NAMES[simd_level]);
@@ -434,6 +508,8 @@ static PyObject *py_set_spin(PyObject *self, PyObject *arg) {
 static PyMethodDef METHODS[] = {
     {"matmul", (PyCFunction)(void (*)(void))py_matmul, METH_FASTCALL,
      "matmul(x_ptr, M, K, w_ptr, N, row_bytes, fmt, y_ptr, threads): y = x W^T over GGUF blocks"},
+    {"repack", (PyCFunction)(void (*)(void))py_repack, METH_FASTCALL,
+     "repack(src_ptr, dst_ptr, N, row_bytes, fmt): file blocks -> the kernel's layout"},
     {"simd", py_simd, METH_NOARGS, "the instruction set chosen on this CPU"},
     {"set_spin_us", py_set_spin, METH_O, "how long a waiting worker spins before it sleeps (microseconds)"},
     {NULL, NULL, 0, NULL},

@@ -78,51 +78,9 @@ ALWAYS_INLINE __m256i SIMD_NAME(fifth_bits)(const uint8_t *qh) {
         off##PAR[r * C + c] += (-32.0f * (s_lo)) * a->ds16[2 * ab] + (-32.0f * (s_hi)) * a->ds16[2 * ab + 1];  \
     }
 
-/* Block i of a 32-weight format: its u, scale and offset. */
-ALWAYS_INLINE __m256i SIMD_NAME(small_block)(int fmt, const uint8_t *blk, float *scale, float *offset) {
-    *scale = SIMD_NAME(half)(blk);
-    switch (fmt) {
-    case FMT_Q4_0:
-        *offset = -8.0f * *scale;
-        return SIMD_NAME(nibbles16)(blk + 2);
-    case FMT_Q4_1:
-        *offset = SIMD_NAME(half)(blk + 2);
-        return SIMD_NAME(nibbles16)(blk + 4);
-    case FMT_Q5_0:
-        *offset = -16.0f * *scale;
-        return _mm256_or_si256(SIMD_NAME(nibbles16)(blk + 6), SIMD_NAME(fifth_bits)(blk + 2));
-    default:  // Q8_0: the magnitudes (the signs go onto the activations)
-        *offset = 0.0f;
-        __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        return _mm256_sign_epi8(w, w);
-    }
-}
-
-#define SMALL_BLOCK(PAR, i)                                                                                    \
-    {                                                                                                          \
-        const uint8_t *blk = w + c * row_bytes + (i) * bytes;                                                  \
-        float scale, offset;                                                                                   \
-        __m256i u = SIMD_NAME(small_block)(FMT, blk, &scale, &offset);                                        \
-        __m256i w_signs = FMT == FMT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2)) : u;                \
-        ONE_BLOCK(PAR, i, u, scale, offset, FMT != FMT_Q8_0, FMT == FMT_Q8_0, w_signs)                        \
-    }
-
-/* The rows of one 32-weight format (FMT a constant in each instantiation). */
-#define SMALL_ROWS(FMT_VALUE)                                                                                  \
-    {                                                                                                          \
-        const int FMT = FMT_VALUE;                                                                             \
-        const int64_t bytes = BLOCK_BYTES[FMT_VALUE];                                                          \
-        int64_t i = 0;                                                                                         \
-        for (; i + 1 < KB; i += 2) {                                                                           \
-            UNROLL for (int c = 0; c < C; c++) SMALL_BLOCK(0, i)                                                      \
-            UNROLL for (int c = 0; c < C; c++) SMALL_BLOCK(1, i + 1)                                                  \
-        }                                                                                                      \
-        if (i < KB)                                                                                            \
-            UNROLL for (int c = 0; c < C; c++) SMALL_BLOCK(0, i)                                                      \
-    }
-
-/* A tile of R activation rows x C weight rows (R C <= 4, both constants): each output's accumulators take the
- * same instructions in the same order whatever the tile, so a row's result does not depend on its batch. */
+/* The K-quants (Q4_K, Q6_K) in the file's layout: a tile of R activation rows x C weight rows (R C <= 4, both
+ * constants; C is 1 today): each output's accumulators take the same instructions in the same order whatever the
+ * tile, so a row's result does not depend on its batch. */
 ALWAYS_INLINE void SIMD_NAME(tile_body)(int fmt, const uint8_t *w, int64_t row_bytes, const acts_t *a, int64_t m0,
                                          int64_t ld, float *out, const int R, const int C) {
     __m256 acc0[ROWS_AT_ONCE], acc1[ROWS_AT_ONCE];
@@ -133,10 +91,7 @@ ALWAYS_INLINE void SIMD_NAME(tile_body)(int fmt, const uint8_t *w, int64_t row_b
     }
     const int64_t KB = a->KB;
     switch (fmt) {
-    case FMT_Q4_0: SMALL_ROWS(FMT_Q4_0) break;
-    case FMT_Q4_1: SMALL_ROWS(FMT_Q4_1) break;
-    case FMT_Q5_0: SMALL_ROWS(FMT_Q5_0) break;
-    case FMT_Q8_0: SMALL_ROWS(FMT_Q8_0) break;
+    default: break;  // the 32-weight formats: packed_body
     case FMT_Q4_K:
         for (int64_t b = 0; b < KB / 8; b++)
         UNROLL for (int c = 0; c < C; c++) {
@@ -189,18 +144,103 @@ ALWAYS_INLINE void SIMD_NAME(tile_body)(int fmt, const uint8_t *w, int64_t row_b
                               (off0[r * C + c] + off1[r * C + c]);
 }
 
+
+/* Block i of a packed 32-weight row (ggml_kernel.c: is_packed32): its 32 unsigned values (Q8_0: magnitudes). */
+ALWAYS_INLINE __m256i SIMD_NAME(packed_u)(int fmt, const uint8_t *row, int64_t KB, int64_t i) {
+    const uint8_t *qs = row + qs_offset(fmt, KB);
+    switch (fmt) {
+    case FMT_Q4_0:
+    case FMT_Q4_1:
+        return SIMD_NAME(nibbles16)(qs + 16 * i);
+    case FMT_Q5_0:
+        return _mm256_or_si256(SIMD_NAME(nibbles16)(qs + 16 * i), SIMD_NAME(fifth_bits)(row + 2 * KB + 4 * i));
+    default: {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));
+        return _mm256_sign_epi8(w, w);
+    }
+    }
+}
+
+/* One block of a packed row for R activation rows: acc += scale8[lane] * dot, scale8 holding 8 blocks' (weight
+ * scale * d) (a permute picks this block's lane: no scalar widening per block). */
+#define PACKED_BLOCK(PAR, i, lane)                                                                             \
+    {                                                                                                          \
+        __m256i u = SIMD_NAME(packed_u)(FMT, w, KB, (i));                                                       \
+        __m256i w_signs = FMT == FMT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(w + qs_offset(FMT, KB) + 32 * (i))) : u; \
+        const __m256i pick = _mm256_set1_epi32(lane);                                                          \
+        UNROLL for (int r = 0; r < R; r++) {                                                                   \
+            __m256i q = _mm256_loadu_si256((const __m256i *)(a->q + ((m0 + r) * KB + (i)) * 32));              \
+            if (FMT == FMT_Q8_0) q = _mm256_sign_epi8(q, w_signs);                                             \
+            __m256 dot = _mm256_cvtepi32_ps(SIMD_NAME(dot4)(u, q));                                            \
+            acc##PAR[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(scale8[r], pick), dot, acc##PAR[r]);        \
+        }                                                                                                      \
+    }
+
+/* The 32-weight formats on their packed rows: per 8 blocks, the 8 weight scales widened at once and multiplied by
+ * the 8 activation scales; the offsets (Q4_0's -8 d, Q4_1's m, Q5_0's -16 d) as a vector fmadd with d * sum(q).
+ * The last KB % 8 blocks one at a time, scalars.  Per output: acc0/acc1 by block parity, one offset vector, one
+ * offset scalar, whatever the tile. */
+ALWAYS_INLINE void SIMD_NAME(packed_body)(const int FMT, const uint8_t *w, const acts_t *a, int64_t m0, int64_t ld,
+                                           float *out, const int R) {
+    const int64_t KB = a->KB;
+    __m256 acc0[ROWS_AT_ONCE], acc1[ROWS_AT_ONCE], offv[ROWS_AT_ONCE], scale8[ROWS_AT_ONCE];
+    float offs[ROWS_AT_ONCE];
+    for (int r = 0; r < R; r++) {
+        acc0[r] = acc1[r] = offv[r] = _mm256_setzero_ps();
+        offs[r] = 0.0f;
+    }
+    int64_t g = 0;
+    for (; g + 8 <= KB; g += 8) {
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * g)));
+        __m256 mw = FMT == FMT_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * KB + 2 * g)))
+                  : _mm256_mul_ps(dw, _mm256_set1_ps(FMT == FMT_Q4_0 ? -8.0f : -16.0f));
+        UNROLL for (int r = 0; r < R; r++) {
+            int64_t ab = (m0 + r) * KB + g;
+            scale8[r] = _mm256_mul_ps(dw, _mm256_loadu_ps(a->d + ab));
+            if (FMT != FMT_Q8_0) offv[r] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(a->ds + ab), offv[r]);
+        }
+        PACKED_BLOCK(0, g + 0, 0) PACKED_BLOCK(1, g + 1, 1) PACKED_BLOCK(0, g + 2, 2) PACKED_BLOCK(1, g + 3, 3)
+        PACKED_BLOCK(0, g + 4, 4) PACKED_BLOCK(1, g + 5, 5) PACKED_BLOCK(0, g + 6, 6) PACKED_BLOCK(1, g + 7, 7)
+    }
+    for (; g < KB; g++) {  // the tail: one block at a time
+        float dw = SIMD_NAME(half)(w + 2 * g);
+        float mw = FMT == FMT_Q4_1 ? SIMD_NAME(half)(w + 2 * KB + 2 * g) : dw * (FMT == FMT_Q4_0 ? -8.0f : -16.0f);
+        __m256i u = SIMD_NAME(packed_u)(FMT, w, KB, g);
+        __m256i w_signs = FMT == FMT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(w + qs_offset(FMT, KB) + 32 * g)) : u;
+        UNROLL for (int r = 0; r < R; r++) {
+            int64_t ab = (m0 + r) * KB + g;
+            __m256i q = _mm256_loadu_si256((const __m256i *)(a->q + ab * 32));
+            if (FMT == FMT_Q8_0) q = _mm256_sign_epi8(q, w_signs);
+            __m256 dot = _mm256_cvtepi32_ps(SIMD_NAME(dot4)(u, q));
+            acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a->d[ab]), dot, acc0[r]);
+            if (FMT != FMT_Q8_0) offs[r] += mw * a->ds[ab];
+        }
+    }
+    for (int r = 0; r < R; r++)
+        out[r * ld] = SIMD_NAME(hsum)(_mm256_add_ps(acc0[r], acc1[r])) + (SIMD_NAME(hsum)(offv[r]) + offs[r]);
+}
+
+#define DISPATCH(R)                                                                                            \
+    switch (fmt) {                                                                                             \
+    case FMT_Q4_0: SIMD_NAME(packed_body)(FMT_Q4_0, w, a, m0, ld, out, R); break;                             \
+    case FMT_Q4_1: SIMD_NAME(packed_body)(FMT_Q4_1, w, a, m0, ld, out, R); break;                             \
+    case FMT_Q5_0: SIMD_NAME(packed_body)(FMT_Q5_0, w, a, m0, ld, out, R); break;                             \
+    case FMT_Q8_0: SIMD_NAME(packed_body)(FMT_Q8_0, w, a, m0, ld, out, R); break;                             \
+    default: SIMD_NAME(tile_body)(fmt, w, row_bytes, a, m0, ld, out, R, 1);                                    \
+    }
+
 static SIMD_TARGET void SIMD_NAME(rows4)(int fmt, const uint8_t *w, int64_t row_bytes, const acts_t *a,
                                          int64_t m0, int64_t ld, float *out) {
-    SIMD_NAME(tile_body)(fmt, w, row_bytes, a, m0, ld, out, ROWS_AT_ONCE, 1);
+    DISPATCH(ROWS_AT_ONCE)
 }
 
 static SIMD_TARGET void SIMD_NAME(one)(int fmt, const uint8_t *w, int64_t row_bytes, const acts_t *a,
                                        int64_t m0, int64_t ld, float *out) {
-    SIMD_NAME(tile_body)(fmt, w, row_bytes, a, m0, ld, out, 1, 1);
+    DISPATCH(1)
 }
 
 #undef ONE_BLOCK
 #undef Q6_BLOCK
-#undef SMALL_BLOCK
-#undef SMALL_ROWS
+#undef PACKED_BLOCK
+#undef DISPATCH
 #undef ALWAYS_INLINE
