@@ -10,7 +10,9 @@ What is measured (batch 1, threads = physical cores, the machine otherwise quiet
   1. llama-bench's protocol: pp512 (tokens/s of a 512-token prompt in one pass) and tg128 (tokens/s of 128
      tokens generated one at a time from an empty context), llama-bench on the file; tformer on the same file,
      eager and compiled (generate's compiled step), its weights dequantized to fp32, kept in their blocks (widened
-     exactly at each product: fp32's numbers), and kept on torch's bf16 int4 kernel (--bf16-kernel).
+     exactly at each product: fp32's numbers), kept on torch's bf16 int4 kernel (--bf16-kernel), and kept on
+     tformer's block kernel (--gguf-weights kernel: 8-bit activations as llama.cpp; its pool on the threads,
+     torch on one).
      tformer's pp512 is generate's prefill of a 512-token prompt; its tg128 the decode steps of generate(129 new
      tokens) from a one-token prompt (the first token comes from the prefill). Both sides: the median of --repeats
      (>= 5) repetitions, with their range and every repetition in the record (llama-bench's own, from its JSON).
@@ -19,8 +21,8 @@ What is measured (batch 1, threads = physical cores, the machine otherwise quiet
      predicted decode step (its roofline on this machine's saved `tformer bench` profile) against the step
      measured.
   3. Perplexity, llama.cpp's protocol (chunks of 512 tokens, the second half of each scored) on WikiText-2's
-     test raw text: llama-perplexity on the file beside tformer (fp32; kept blocks, widened exactly; and kept on
-     the bf16 int4 kernel).
+     test raw text: llama-perplexity on the file beside tformer (fp32; kept blocks, widened exactly; kept on
+     the bf16 int4 kernel; and on the block kernel, llama.cpp's own arithmetic).
   4. llama.cpp reading a file tformer wrote: the model exported by `tformer export --format gguf --type f32`
      (dequantized weights, the file's tokenizer and chat template carried), scored by llama-perplexity beside
      tformer's fp32 figure; and, with that f32 file as the base, llama.cpp's own top-1 agreement of its Q4_1 run
@@ -30,6 +32,7 @@ What is measured (batch 1, threads = physical cores, the machine otherwise quiet
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -50,13 +53,28 @@ from tformer.interop.gguf_config import resolve_gguf
 from tformer.interop.gguf_model import load_gguf
 from tformer.machine import cpu_info
 from tformer.measure.perplexity import perplexity
+from tformer.model import ggml_kernel
 from tformer.model.quantized import QuantizedLinear, use_path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results  # noqa: E402  (bench/_results.py: the machine header and bench/results/ files)
 
 DEFAULT_BIN = Path.home() / ".cache/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin"
-MODES = ("fp32 eager", "kept eager", "bf16-kernel eager", "fp32 compiled", "kept compiled", "bf16-kernel compiled")
+MODES = ("fp32 eager", "kept eager", "bf16-kernel eager", "block-kernel eager", "fp32 compiled", "kept compiled",
+         "bf16-kernel compiled", "block-kernel compiled")
+
+
+@contextlib.contextmanager
+def threads_for(fmt: str, threads: int):
+    """The block kernel runs its own pool on the threads and leaves torch one (ggml_kernel.take_threads: the two
+    pools spinning side by side halve both); every other mode runs torch on the threads."""
+    ggml_kernel._THREADS = threads if fmt == "block-kernel" else 0
+    torch.set_num_threads(1 if fmt == "block-kernel" else threads)
+    try:
+        yield
+    finally:
+        ggml_kernel._THREADS = 0
+        torch.set_num_threads(threads)
 
 
 # llama.cpp ------------------------------------------------------------------------------------------------
@@ -127,6 +145,12 @@ def products_time(model) -> tuple[float, int]:
 
     calls, nbytes = [], 0
     for m in model.modules():
+        if isinstance(m, QuantizedLinear) and m.path == "blocks":
+            m.prepare()
+            x = torch.randn(1, m.in_features)
+            calls.append(lambda m=m, x=x: m._run_blocks(x))
+            nbytes += m.kernel_blocks().numel() + (m.bias.numel() * 4 if m.bias is not None else 0)
+            continue
         if isinstance(m, QuantizedLinear):
             kernel = m.path == "kernel"
             m.prepare()
@@ -205,7 +229,10 @@ def main(argv=None) -> int:
                    "median is quoted, every repetition kept in the record")
     p.add_argument("--ppl-chunks", type=int, default=20, help="WikiText-2 chunks of 512 to score (0: all)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: speed,compiled,ppl,export")
-    p.add_argument("--ppl-modes", default="fp32,kept,bf16-kernel",
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="the speed rows to measure, comma-separated (default: all; kept eager widens every block at "
+                        "every product and takes minutes on Gemma 3)")
+    p.add_argument("--ppl-modes", default="fp32,kept,bf16-kernel,block-kernel",
                    help="tformer's weight modes that score perplexity (kept equals fp32 exactly: fp32 alone saves an "
                         "hour on the whole split)")
     p.add_argument("--json", default=None, help="also write the record here")
@@ -226,6 +253,11 @@ def main(argv=None) -> int:
         models["kept"] = (load_gguf(path, weights="keep"), None)
         models["bf16-kernel"] = (load_gguf(path, weights="keep"), None)
         use_path(models["bf16-kernel"][0], "kernel")
+        if ggml_kernel.available():
+            models["block-kernel"] = (load_gguf(path, weights="keep"), None)
+            use_path(models["block-kernel"][0], "blocks")
+        else:
+            print(ggml_kernel.unavailable_reason())
     except TformerError as exc:  # a block type tformer does not keep (Q4_0, Q5_K): fp32 rows only
         record["kept"] = f"not measured: {exc}"
         print(f"kept blocks: {exc}")
@@ -248,19 +280,23 @@ def main(argv=None) -> int:
         record["read_bandwidth"] = bw
         record["profile"] = note
         rows = {}
-        for mode in MODES:
+        for mode in args.modes.split(","):
+            if mode not in MODES:
+                p.error(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
             fmt, how = mode.split()
             if (how == "compiled" and "compiled" in skip) or fmt not in models:
                 continue
             model = models[fmt][0]
             print(f"tformer {mode} ...")
             try:
-                rows[mode] = tformer_speed(model, prompt, bos, how == "compiled", args.repeats)
+                with threads_for(fmt, threads):
+                    rows[mode] = tformer_speed(model, prompt, bos, how == "compiled", args.repeats)
             except Exception as exc:  # a compile failure is a figure too: say it and go on
                 rows[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 continue
             pred = step_prediction(model.config, device)
-            products, nbytes = products_time(model)
+            with threads_for(fmt, threads):
+                products, nbytes = products_time(model)
             rows[mode].update(pred, roofline_tg128=bw / pred["bytes_read"], products_s=products,
                               products_bytes_per_s=nbytes / products)
         record["tformer"] = rows
@@ -297,7 +333,8 @@ def main(argv=None) -> int:
                     continue
                 label = f"tformer {fmt}"
                 print(f"{label} perplexity ...")
-                r = perplexity(models[fmt][0], ids, ctx=512, bos_id=chunk_bos, max_chunks=chunks)
+                with threads_for(fmt, threads):
+                    r = perplexity(models[fmt][0], ids, ctx=512, bos_id=chunk_bos, max_chunks=chunks)
                 ppl[label] = {"perplexity": r.perplexity, "chunks": r.chunks, "text_tokens": r.text_tokens}
             record["perplexity"] = ppl
             base = ppl["llama.cpp"]["perplexity"]

@@ -150,6 +150,7 @@ def test_each_instruction_set_computes_the_same_arithmetic(forced, expect):
         assert out.stdout.splitlines()[0] in ("AVX2", "portable C")  # never VNNI when AVX2 is asked for
 
 
+@pytest.mark.torch_behaviour
 def test_the_custom_op_is_well_formed_for_the_compiler():
     blocks, _ = _weights("Q8_0", 16, 64)
     x = torch.randn(3, 64)
@@ -170,6 +171,7 @@ def test_repacking_keeps_every_byte(ggml_type):
 
 
 @pytest.mark.slow
+@pytest.mark.torch_behaviour
 def test_a_compiled_graph_calls_the_kernel_as_one_op():
     blocks, _ = _weights("Q4_1", 48, 64)
 
