@@ -40,17 +40,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import torch
 
 from tformer.core.config import ModelConfig
 from tformer.cost.batching import decode_speedups
+from tformer.generate.batching_report import prediction_device
 from tformer.interop import load_config
 from tformer.interop.checkpoint import save_model
-from tformer.generate.batching_report import prediction_device
 from tformer.model import build
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
