@@ -161,7 +161,8 @@ def load_gguf(name_or_path: str | Path, device=None, dtype=None, tokenizer: bool
     so and runs them on the block kernel (tformer.model.ggml_kernel: activations rounded to 8 bits per block of 32,
     as llama.cpp does); "dequantize" (the default) widens every tensor to fp32 (or ``dtype``); "auto" is "kernel"
     where the kernel is built, keeping what it can and widening the rest (each saying so in one line on stderr),
-    else "dequantize"."""
+    else "dequantize". A model on the kernel gives the kernel's pool torch's threads and leaves torch one, for the
+    rest of the process (ggml_kernel.take_threads: the two pools spinning side by side halve both)."""
     if weights not in WEIGHTS:
         raise TformerError(f"--gguf-weights {weights} is not a choice; choose one of: {', '.join(WEIGHTS)}")
     if weights in ("kernel", "auto") and not ggml_kernel.available():

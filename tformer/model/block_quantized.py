@@ -60,6 +60,7 @@ class BlockQuantizedLinear(Int4KernelLinear):
     """Shared by Q8_0Linear and Q4_1Linear: rows of whole 32-weight blocks, run on the int4 kernel."""
 
     group = BLOCK
+
     def raw_blocks(self) -> torch.Tensor:
         """The stored parts laid out as the file's blocks (kernel_blocks() keeps their repacked form)."""
         return self._file_blocks().view(self.out_features, -1)

@@ -20,10 +20,11 @@ reference's. That is why a speed choice may never pick it: when it was chosen pe
 same prompt decoded alone (one row) and in a served batch (eight rows) took different arithmetic and answered
 differently (issue 45). The kernel's rows do not depend on each other, so with the kernel asked for, a served
 batch still computes what one row alone computes.
-``blocks`` (GGUF's block formats only, the default for a GGUF file's kept matrices when it is built): tformer's
-block-quantized kernel (tformer.model.ggml_kernel) on the file's own block bytes, activations rounded per block
-of 32 to 8 bits as llama.cpp rounds them: llama.cpp's arithmetic, at the memory floor, and the same for a row
-whatever batch it is in.
+``blocks`` (GGUF's block formats only; asked for: use_path(model, "blocks"), --gguf-weights kernel): tformer's
+block-quantized kernel (tformer.model.ggml_kernel) on the file's own block bytes (repacked once, kept beside the
+stored tensors as the non-persistent buffer ``repacked``), activations rounded per block of 32 to 8 bits as
+llama.cpp rounds them: llama.cpp's arithmetic, near the memory floor, and the same for a row whatever batch it is
+in (what reaches it from attention is not yet: issue 48).
 """
 
 from __future__ import annotations
