@@ -71,7 +71,10 @@ def timed_pass(calls) -> float:
 def measure(ggml_type: str, rows: int, reps: int, generator: torch.Generator, with_fp32: bool) -> dict:
     blocks = stack(ggml_type, generator)
     xs = {k: torch.randn(rows, k, generator=generator) for k in {in_width(b, ggml_type) for b in blocks}}
-    kernel = [lambda b=b: ggml_kernel.matmul(xs[in_width(b, ggml_type)], b, ggml_type) for b in blocks]
+    fmt = ggml_kernel.FORMATS[ggml_type]
+    # Repacked once, as a Linear does at load; product() is the call a Linear makes (matmul() repacks every call).
+    packed = [ggml_kernel.repack(b, ggml_type) for b in blocks]
+    kernel = [lambda b=b, p=p: ggml_kernel.product(xs[in_width(b, ggml_type)], p, fmt) for b, p in zip(blocks, packed)]
     nbytes = sum(b.numel() for b in blocks)
     out = {"rows": rows, "weight_bytes": nbytes, "matrices": len(blocks)}
     fp32 = []
