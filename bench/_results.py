@@ -13,6 +13,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -45,6 +46,17 @@ def header(m: dict) -> str:
     return (f"machine: {m['cpu']}, {m['physical_cores']} cores / {m['logical_cpus']} CPUs, ISA "
             f"{' '.join(m['isa']) or 'baseline'}, BLAS {m['blas']} ({m['cpu_capability']}), torch {m['torch']}, "
             f"{m['threads']} threads")
+
+
+def read_stream() -> float:
+    """Bytes/s of a read-only pass (a sum over 512 MiB), best of 5: the most any weight read can reach."""
+    x = torch.ones(512 * 2**20 // 4)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best
 
 
 def spread(samples: list[float]) -> dict:

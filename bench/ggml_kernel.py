@@ -37,19 +37,8 @@ SHAPES = [(576, 576), (192, 576), (1536, 576), (576, 1536), (1024, 640), (640, 1
 STACK_BYTES = 256 << 20
 
 
-def read_stream() -> float:
-    """Bytes/s of a read-only pass (a sum over 512 MiB), best of 5: the most any weight read can reach."""
-    x = torch.ones(512 * 2**20 // 4)
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t)
-    return x.numel() * 4 / best
-
-
 def stack(ggml_type: str, generator: torch.Generator) -> list[torch.Tensor]:
-    per_block, block_bytes = GGML_BLOCKS[ggml_type]
+    per_block = GGML_BLOCKS[ggml_type][0]
     shapes = [(n, k) for n, k in SHAPES if k % per_block == 0]
     distinct = [random_blocks(n, k, ggml_type, generator) for n, k in shapes]
     size = sum(b.numel() for b in distinct)
@@ -79,7 +68,7 @@ def measure(ggml_type: str, rows: int, reps: int, generator: torch.Generator, wi
     out = {"rows": rows, "weight_bytes": nbytes, "matrices": len(blocks)}
     fp32 = []
     if with_fp32:
-        per_block, block_bytes = GGML_BLOCKS[ggml_type]
+        block_bytes = GGML_BLOCKS[ggml_type][1]
         # Dequantized once, outside the timing: the fp32 model's weights, 32 / bits times the bytes.
         weights = [decode(b.reshape(-1, block_bytes), ggml_type).view(b.shape[0], -1) for b in blocks]
         fp32 = [lambda w=w: F.linear(xs[w.shape[1]], w) for w in weights]
@@ -112,7 +101,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     m = _results.machine()
     print(_results.header(m))
-    stream = read_stream()
+    stream = _results.read_stream()
     print(f"kernel: {ggml_kernel.simd()}; read-only stream {stream / 1e9:.1f} GB/s; {args.reps} repetitions, median")
     g = torch.Generator().manual_seed(0)
     record = {"simd": ggml_kernel.simd(), "read_stream_gb_s": stream / 1e9, "formats": {}}

@@ -173,17 +173,6 @@ def products_time(model) -> tuple[float, int]:
     return statistics.median(times[1:]), nbytes
 
 
-def read_bandwidth() -> float:
-    """Bytes/s of a read-only stream (a sum over 512 MiB): the rate a decode step's weight reads can hope for."""
-    x = torch.ones(512 * 2**20 // 4)
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t)
-    return x.numel() * 4 / best
-
-
 def measured_device():
     from tformer.measure.optime import call_overhead
     from tformer.measure.probe import detect_machine
@@ -276,7 +265,7 @@ def main(argv=None) -> int:
         print(f"llama-bench pp512 / tg128 on {path.name}, {threads} threads ...")
         record["llama.cpp"] = llama_bench(args.llama_cpp, path, threads, args.repeats)
         device, note = measured_device()
-        bw = read_bandwidth()
+        bw = _results.read_stream()
         record["read_bandwidth"] = bw
         record["profile"] = note
         rows = {}

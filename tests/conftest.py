@@ -129,7 +129,7 @@ def smollm2_hf():
 TORCH_BEHAVIOUR = (
     "tests/cost/", "tests/interop/", "tests/adapt/", "tests/model/", "tests/measure/test_flops.py",
     "tests/measure/test_profile.py", "tests/generate/test_generate_compiled.py", "tests/generate/test_generate_hf.py",
-    "tests/generate/test_continuous.py",
+    "tests/generate/test_continuous.py", "tests/serve/test_served_equals_generated.py",
     "tests/train/test_train_compile.py", "tests/cli/test_count_objective.py", "tests/cli/test_export_cli.py",
 )
 

@@ -150,7 +150,6 @@ def test_each_instruction_set_computes_the_same_arithmetic(forced, expect):
         assert out.stdout.splitlines()[0] in ("AVX2", "portable C")  # never VNNI when AVX2 is asked for
 
 
-@pytest.mark.torch_behaviour
 def test_the_custom_op_is_well_formed_for_the_compiler():
     blocks, _ = _weights("Q8_0", 16, 64)
     x = torch.randn(3, 64)
@@ -171,7 +170,6 @@ def test_repacking_keeps_every_byte(ggml_type):
 
 
 @pytest.mark.slow
-@pytest.mark.torch_behaviour
 def test_a_compiled_graph_calls_the_kernel_as_one_op():
     blocks, _ = _weights("Q4_1", 48, 64)
 
@@ -182,3 +180,24 @@ def test_a_compiled_graph_calls_the_kernel_as_one_op():
     for rows in (1, 5, 9):
         x = torch.randn(rows, 64)
         assert torch.equal(compiled(x), step(x))
+
+
+_WITHOUT_KERNEL = """
+import sys
+sys.modules["tformer.model._ggml_kernel"] = None  # as on a machine that installed tformer without a compiler
+from tformer.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("weights, code", [("auto", 0), ("kernel", 2)])
+def test_without_the_kernel_auto_says_so_and_runs_fp32_and_kernel_refuses(smollm2_path, weights, code):
+    args = ["generate", "--gguf", str(smollm2_path), "--gguf-weights", weights, "--prompt", "Hi", "--greedy",
+            "--max-new-tokens", "2"]
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_KERNEL, *args], capture_output=True, text=True, timeout=300)
+    assert out.returncode == code, out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if "kernel is not built" in line]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "running torch's path" in lines[0]
+    if code == 0:  # auto went on in fp32: generate's figures line names the dtype it ran
+        assert "fp32)" in out.stdout + out.stderr

@@ -7,10 +7,12 @@ Its arithmetic, which tests/model/test_ggml_kernel.py checks against a float64 e
     the weight's offset (Q4_0's -8 d, Q4_1's min, a K-quant sub-block's min, Q6_K's -32 s) times d * sum(q).
 So W's values are exactly the file's (tformer.model.ggml_blocks decodes the same ones); x is rounded to 8 bits,
 as llama.cpp's CPU backend rounds it. Each output row comes out the same whatever the batch it is computed in
-and however many threads split the work: a served request gets the tokens generate gives.
+and however many threads split the work (what reaches it from attention can still differ by an ulp between a
+served row and generate's: issue 48).
 
-matmul() calls the C function directly (eager: microseconds per call matter, a decode step makes ~200); inside a
-torch.compile graph it is the custom op tformer::ggml_matmul, which the compiler keeps as one opaque call.
+matmul() checks its operands and repacks the blocks on every call (tests, one-off products); a Linear repacks
+once and calls product(), which calls the C function directly in eager mode (a decode step makes ~200 calls) and
+the op tformer::ggml_matmul inside a torch.compile graph, which the compiler keeps as one opaque call.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def unavailable_reason() -> str:
     how = ("reinstall with `python3 -m pip install -e .` to build it" if compiler_found() else
            "no C compiler was found when tformer was installed; install one (gcc or clang) and reinstall with "
            "`python3 -m pip install -e .`")
-    return f"the block-quantized kernel is not built (no tformer/model/_ggml_kernel*.so); {how}; running torch's path instead"
+    return (f"the block-quantized kernel is not built (no tformer/model/_ggml_kernel*.so); {how}; running torch's "
+            "path instead")
 
 
 def simd() -> str:
@@ -89,6 +92,10 @@ def repack(blocks: torch.Tensor, ggml_type: str) -> torch.Tensor:
     return out
 
 
+def _threads() -> int:
+    return _THREADS or torch.get_num_threads()
+
+
 def _run(x: torch.Tensor, blocks: torch.Tensor, fmt: int, threads: int) -> torch.Tensor:
     x = x.contiguous()
     blocks = blocks.contiguous()
@@ -106,7 +113,7 @@ _LIBRARY.define("ggml_matmul(Tensor x, Tensor blocks, int fmt) -> Tensor")
 
 def _cpu_kernel(x: torch.Tensor, blocks: torch.Tensor, fmt: int) -> torch.Tensor:
     """x (M, K) fp32 @ blocks (N, row bytes) of format id ``fmt`` -> (M, N) fp32."""
-    return _run(x, blocks, fmt, _THREADS or torch.get_num_threads())
+    return _run(x, blocks, fmt, _threads())
 
 
 _LIBRARY.impl("ggml_matmul", _cpu_kernel, "CPU")
@@ -123,9 +130,10 @@ ggml_matmul = torch.ops.tformer.ggml_matmul.default
 def take_threads() -> int:
     """Give the kernel's pool the threads torch had and leave torch one: the kernel's workers and torch's OpenMP
     workers both spin between calls, and on a machine with as many cores as threads each steals the other's core
-    (SmolLM2 Q4_1 on 2 cores: 16 tok/s with both pools at 2 threads, 59 with torch at 1 and the kernel at 2). A
-    model on the block path spends its time in the kernel; what torch still runs (norms, attention, a step's
-    glue) is small at decode. Returns the kernel's thread count."""
+    (SmolLM2 Q4_1 on a 2-core AMD EPYC: 16 tok/s with both pools at 2 threads, 59 with torch at 1 and the kernel
+    at 2; a 512-token prefill 297 against 396 tok/s). A model on the block path spends its time in the kernel;
+    what torch still runs (norms, attention, a step's glue) is small at decode. Measured on 2 cores only: where
+    there are many, torch's one thread may bound a long prefill's attention. Returns the kernel's thread count."""
     global _THREADS
     if not _THREADS:
         _THREADS = torch.get_num_threads()
@@ -138,11 +146,7 @@ def product(x: torch.Tensor, blocks: torch.Tensor, fmt: int) -> torch.Tensor:
     format id ``fmt``): the decode step's path, a few microseconds of Python per call instead of matmul()'s."""
     if torch.compiler.is_compiling():
         return ggml_matmul(x, blocks, fmt)
-    x = x.contiguous()
-    y = torch.empty(x.shape[0], blocks.shape[0])
-    _native.matmul(x.data_ptr(), x.shape[0], x.shape[1], blocks.data_ptr(), blocks.shape[0], blocks.shape[1], fmt,
-                   y.data_ptr(), _THREADS or torch.get_num_threads())
-    return y
+    return _run(x, blocks, fmt, _threads())
 
 
 def matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: str, threads: int | None = None) -> torch.Tensor:
@@ -153,8 +157,8 @@ def matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: str, threads: int |
     _check(x, blocks, ggml_type)
     if threads is not None and not 1 <= threads <= 256:
         raise TformerError(f"the kernel runs on 1 to 256 threads, not {threads}")
-    return _run(x, repack(blocks, ggml_type), FORMATS[ggml_type], threads or _THREADS or torch.get_num_threads())
+    return _run(x, repack(blocks, ggml_type), FORMATS[ggml_type], threads or _threads())
 
 
-__all__ = ["FORMATS", "PACKED", "available", "compiler_found", "ggml_matmul", "matmul", "product", "repack", "simd", "take_threads",
-           "unavailable_reason"]
+__all__ = ["FORMATS", "PACKED", "available", "compiler_found", "ggml_matmul", "matmul", "product", "repack", "simd",
+           "take_threads", "unavailable_reason"]

@@ -415,19 +415,26 @@ static void run_part(const job_t *job, int part) {
 }
 
 /* ------------------------------------------------------------------------------------------------------------
- * Python: matmul(x_ptr, M, K, w_ptr, N, row_bytes, fmt, y_ptr, threads) -> None.  The wrapper has checked the
+ * Python's side: every argument is an integer (a data pointer, a size, a format id). */
+static int int_args(PyObject *const *args, Py_ssize_t nargs, int count, long long *v, const char *usage) {
+    if (nargs != count) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        v[i] = PyLong_AsLongLong(args[i]);
+        if (v[i] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* matmul(x_ptr, M, K, w_ptr, N, row_bytes, fmt, y_ptr, threads) -> None.  The wrapper has checked the
  * shapes, dtypes and contiguity; here only the arithmetic facts are checked again. */
 static PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "matmul(x_ptr, M, K, w_ptr, N, row_bytes, fmt, y_ptr, threads)");
-        return NULL;
-    }
     long long v[9];
-    for (int i = 0; i < 9; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (int_args(args, nargs, 9, v, "matmul(x_ptr, M, K, w_ptr, N, row_bytes, fmt, y_ptr, threads)") != 0)
+        return NULL;
     const float *x = (const float *)(intptr_t)v[0];
     int64_t M = v[1], K = v[2], N = v[4], row_bytes = v[5];
     const uint8_t *w = (const uint8_t *)(intptr_t)v[3];
@@ -442,12 +449,12 @@ static PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (M == 0 || N == 0) Py_RETURN_NONE;
     int64_t KB = K / 32;
     int8_t *q = malloc((size_t)(M * K));
-    float *d = malloc(sizeof(float) * (size_t)(M * KB));
-    float *ds = malloc(sizeof(float) * (size_t)(3 * M * KB)), *ds16 = ds ? ds + M * KB : NULL;
-    if (!q || !d || !ds) {
-        free(q); free(d); free(ds);
+    float *d = malloc(sizeof(float) * (size_t)(4 * M * KB));  // d, then ds (M KB), then ds16 (2 M KB)
+    if (!q || !d) {
+        free(q); free(d);
         return PyErr_NoMemory();
     }
+    float *ds = d + M * KB, *ds16 = d + 2 * M * KB;
     Py_BEGIN_ALLOW_THREADS
     quantize_rows(x, M, K, q, d, ds, ds16);
     acts_t a = {q, d, ds, ds16, K, KB};
@@ -458,7 +465,7 @@ static PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nar
     run_parallel(&job);
     pthread_mutex_unlock(&call_lock);
     Py_END_ALLOW_THREADS
-    free(q); free(d); free(ds);
+    free(q); free(d);
     Py_RETURN_NONE;
 }
 
@@ -466,15 +473,8 @@ static PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nar
  * the K-quants are copied as they are. */
 static PyObject *py_repack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "repack(src_ptr, dst_ptr, N, row_bytes, fmt)");
-        return NULL;
-    }
     long long v[5];
-    for (int i = 0; i < 5; i++) {
-        v[i] = PyLong_AsLongLong(args[i]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+    if (int_args(args, nargs, 5, v, "repack(src_ptr, dst_ptr, N, row_bytes, fmt)") != 0) return NULL;
     int fmt = (int)v[4];
     if (fmt < 0 || fmt >= FMT_COUNT || v[2] < 0 || v[3] <= 0 || v[3] % BLOCK_BYTES[fmt] != 0) {
         PyErr_SetString(PyExc_ValueError, "ggml_kernel.repack: format or shape out of range");
