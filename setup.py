@@ -8,7 +8,7 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension(
     "tformer.model._ggml_kernel",
     sources=["tformer/model/csrc/ggml_kernel.c"],
-    depends=["tformer/model/csrc/ggml_kernel_simd.h"],
+    depends=["tformer/model/csrc/ggml_kernel_simd.h", "tformer/model/csrc/attend_rows.h"],
     # No -march=native: the wheel runs on any x86-64 and picks AVX2 / AVX-512 VNNI at run time. fp-contract off:
     # every multiply-add in the C is the one written, so a row's result is the same whatever batch it is in.
     extra_compile_args=["-O3", "-std=c11", "-ffp-contract=off", "-Wall"],

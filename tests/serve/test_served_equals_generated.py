@@ -220,7 +220,7 @@ def test_the_http_endpoints_answer_what_chat_and_generate_answer(tok, fp32, mode
 
 @pytest.mark.slow
 @pytest.mark.torch_behaviour  # torch.compile's graph, on both ends of the supported torch range
-@pytest.mark.parametrize("mode", ["fp32", "mixed"])
+@pytest.mark.parametrize("mode", ["fp32", "mixed", pytest.param("mixed+blocks", marks=BLOCKS)])
 def test_compiled_serving_equals_compiled_generate(tok, fp32, models, mode):
     model = _get(models, fp32, mode)
     stops = [tok.eos_id]
@@ -253,14 +253,13 @@ def test_perplexity_of_kept_blocks_is_the_dequantized_models(tok, fp32, models, 
 @pytest.mark.slow
 @pytest.mark.parametrize("weights", [
     "dequantize", "keep",
-    # The block kernel (8-bit activations, opt-in: --gguf-weights kernel): generate and chat agree, and answer what
-    # llama-server answers on the same file token for token ("L'Étoile, la Marseillaise, la femme au roi, ...": the
-    # fp32 top two for the first token are 0.08 apart and swap under 8-bit activations), but the server does not
-    # yet: its rows reach the kernel an fp32 ulp away from generate's (the pool's column buckets and chunked
-    # prefill sum attention in another order), and an ulp that crosses an 8-bit rounding boundary, over 30 layers,
-    # flips a near-tie ("... la femme, la femme au martyre"). Strict: it fails today, and says so when it passes.
-    pytest.param("kernel", marks=[BLOCKS, pytest.mark.xfail(strict=True, reason="issue 48: served rows differ from "
-                                                            "generate's by fp32 ulps, which 8-bit rounding shows")]),
+    # The block kernel (8-bit activations): generate, chat and the server answer what llama-server answers on the
+    # same file token for token ("L'Étoile, la Marseillaise, la femme au roi, ...": the fp32 top two for the first
+    # token are 0.08 apart and swap under 8-bit activations). Before row-exact attention the server did not: its
+    # rows reached the kernel an fp32 ulp away from generate's (the pool's column buckets and chunked prefill
+    # summed attention in another order), and an ulp that crossed an 8-bit rounding step, over 30 layers, flipped
+    # a near-tie ("... la femme, la femme au martyre").
+    pytest.param("kernel", marks=BLOCKS),
 ])
 def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smollm2_path, capsys, monkeypatch,
                                                                   torch_threads_restored):

@@ -127,6 +127,45 @@ def _(x: torch.Tensor, blocks: torch.Tensor, fmt: int) -> torch.Tensor:
 ggml_matmul = torch.ops.tformer.ggml_matmul.default
 
 
+def _attend_native(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, causal: int,
+                   scale: float) -> torch.Tensor:
+    """q (B, H, Tq, D), k and v (B, H_kv, Tk, D) fp32, bias (B, H, Tq, Tk) fp32 (any strides but the last) or None
+    -> (B, H, Tq, D): the C routine of tformer/model/csrc/attend_rows.h, whose module docstring states its
+    arithmetic."""
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if bias is not None and bias.stride(-1) != 1:
+        bias = bias.contiguous()
+    B, H, Tq, D = q.shape
+    out = torch.empty(B, H, Tq, D, dtype=torch.float32)
+    no_bias = (0, 0, 0)
+    _native.attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), 0 if bias is None else bias.data_ptr(), out.data_ptr(),
+                   B, H, k.shape[1], Tq, k.shape[2], D, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+                   *(no_bias if bias is None else bias.stride()[:3]), causal, _threads(), float(scale))
+    return out
+
+
+_LIBRARY.define("attend_rows(Tensor q, Tensor k, Tensor v, Tensor? bias, int causal, float scale) -> Tensor")
+_LIBRARY.impl("attend_rows", _attend_native, "CPU")
+
+
+@torch.library.register_fake("tformer::attend_rows")
+def _(q, k, v, bias, causal: int, scale: float) -> torch.Tensor:
+    return q.new_empty(q.shape)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, causal: int,
+           scale: float) -> torch.Tensor:
+    """Row-exact attention (tformer.model.attention.row_exact reads a mask into ``bias`` and ``causal``): q (B, H,
+    Tq, D), k and v (B, H_kv, Tk, D), fp32 on the CPU; bias (B, H, Tq, Tk) with -inf where a key is hidden, or
+    None; causal >= 0: query t also sees only keys j <= t + causal. -> (B, H, Tq, D)."""
+    if torch.compiler.is_compiling():
+        return attend_rows(q, k, v, bias, causal, scale)
+    return _attend_native(q, k, v, bias, causal, scale)
+
+
+attend_rows = torch.ops.tformer.attend_rows.default
+
+
 def take_threads() -> int:
     """Give the kernel's pool the threads torch had and leave torch one: the kernel's workers and torch's OpenMP
     workers both spin between calls, and on a machine with as many cores as threads each steals the other's core
@@ -160,5 +199,5 @@ def matmul(x: torch.Tensor, blocks: torch.Tensor, ggml_type: str, threads: int |
     return _run(x, repack(blocks, ggml_type), FORMATS[ggml_type], threads or _threads())
 
 
-__all__ = ["FORMATS", "PACKED", "available", "compiler_found", "ggml_matmul", "matmul", "product", "repack", "simd",
-           "take_threads", "unavailable_reason"]
+__all__ = ["FORMATS", "PACKED", "attend", "attend_rows", "available", "compiler_found", "ggml_matmul", "matmul",
+           "product", "repack", "simd", "take_threads", "unavailable_reason"]

@@ -196,6 +196,11 @@ def use_path(model, path: str) -> int:
                and (path != "blocks" or m.ggml_type in ggml_kernel.FORMATS)]
     for m in modules:
         m.path = path
+    # The block kernel's rows do not depend on their batch; its attention layers follow, so that a row's numbers
+    # never do (tformer.model.attention.row_exact: served equals generated under 8-bit rounding).
+    for m in model.modules():
+        if getattr(m, "row_exact_possible", False):
+            m.row_exact = path == "blocks" and bool(modules)
     return len(modules)
 
 
@@ -204,12 +209,15 @@ def quantized_path(model, path: str):
     """Every quantized Linear of ``model`` on ``path`` for the duration, then back to the path each had: how tests
     and benches compare the paths on one model."""
     before = {m: m.path for m in model.modules() if isinstance(m, QuantizedLinear)}
+    attention = {m: m.row_exact for m in model.modules() if getattr(m, "row_exact_possible", False)}
     use_path(model, path)
     try:
         yield model
     finally:
         for m, p in before.items():
             m.path = p
+        for m, on in attention.items():
+            m.row_exact = on
 
 
 class Int8Linear(QuantizedLinear):

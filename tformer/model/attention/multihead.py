@@ -16,6 +16,7 @@ from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.model.attention.reference import reference
 from tformer.model.attention.registry import make_attention
+from tformer.model.attention.row_exact import row_exact
 from tformer.model.linear import Linear
 from tformer.model.masks import AttentionMask
 from tformer.model.norm import make_norm
@@ -54,6 +55,10 @@ class MultiHeadAttention(nn.Module):
             options = dataclasses.replace(options, kind="sdpa")
         self.attend = make_attention(options, self.n_heads, self.head_dim)
         self.kind, self.exact = options.kind, ATTN_KINDS[options.kind].family == "exact"
+        # Row-exact attention (tformer.model.attention.row_exact) computes what the exact kinds compute, and a
+        # sliding window read as its band; use_path(model, "blocks") turns it on beside the block kernel.
+        self.row_exact_possible = self.exact or hasattr(self.attend, "dense_mask")
+        self.row_exact = False
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
@@ -96,7 +101,14 @@ class MultiHeadAttention(nn.Module):
                     k, v = cache.update(self.layer_idx, k, v)  # what this layer attends to, under ``mask``
 
         dropout_p = self.dropout_p if self.training else 0.0
-        attend = reference if need_weights else self.attend  # only the reference kind keeps the weights
+        attend = self.attend
+        if need_weights:
+            attend = reference  # only the reference kind keeps the weights
+        elif self.row_exact and not self.training and not q.requires_grad and q.dtype == torch.float32 \
+                and q.device.type == "cpu":
+            attend = row_exact
+            if not self.exact:
+                mask = self.attend.dense_mask(mask)  # the window as a band over the keys
         out, weights = attend(q, k, v, mask, self.scale, dropout_p)
         return self._merge(out), (weights if need_weights else None)
 

@@ -288,11 +288,8 @@ static int detect_simd(void) {
  * comes within tens of microseconds) and then sleeping on a condition variable (nothing burns a core between
  * steps).  The caller runs part 0 itself and waits for the others. */
 typedef struct {
-    int fmt;
-    const uint8_t *w;
-    int64_t row_bytes, N, M;
-    const acts_t *a;
-    float *y;
+    void (*run)(const void *ctx, int part, int parts);  // the work: a product's rows, attention's queries
+    const void *ctx;
     int parts;
 } job_t;
 
@@ -306,8 +303,6 @@ static atomic_int pool_pending;
 static job_t pool_job;
 static long spin_ns = 200000;
 static unsigned worker_start_generation[MAX_THREADS + 1];
-
-static void run_part(const job_t *job, int part);
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -344,7 +339,7 @@ static void *worker_main(void *arg) {
         }
         seen = gen;
         job_t job = pool_job;  // published before the generation moved (release/acquire)
-        if (index < job.parts) run_part(&job, index);
+        if (index < job.parts) job.run(job.ctx, index, job.parts);
         atomic_fetch_sub_explicit(&pool_pending, 1, memory_order_acq_rel);
     }
     return NULL;
@@ -379,7 +374,7 @@ static int pool_grow(int workers) {
 
 static void run_parallel(const job_t *job) {
     if (job->parts <= 1) {
-        run_part(job, 0);
+        job->run(job->ctx, 0, 1);
         return;
     }
     pthread_mutex_lock(&pool_lock);
@@ -388,7 +383,7 @@ static void run_parallel(const job_t *job) {
     atomic_fetch_add_explicit(&pool_generation, 1, memory_order_release);
     pthread_cond_broadcast(&pool_wake);
     pthread_mutex_unlock(&pool_lock);
-    run_part(job, 0);
+    job->run(job->ctx, 0, job->parts);
     while (atomic_load_explicit(&pool_pending, memory_order_acquire) > 0) cpu_relax();
 }
 
@@ -396,8 +391,17 @@ static void run_parallel(const job_t *job) {
  * activation rows x 1 weight row while 4 rows are left (each weight block unpacked once for 4 rows), then one row
  * at a time (a decode step).  (Tiles of 1 x 4 weight rows measured 2.5x slower at one row on a Zen 4: the
  * compiler spilled their sixteen sums.) */
-static void run_part(const job_t *job, int part) {
-    int64_t n0 = job->N * part / job->parts, n1 = job->N * (part + 1) / job->parts, N = job->N, rb = job->row_bytes;
+typedef struct {
+    int fmt;
+    const uint8_t *w;
+    int64_t row_bytes, N, M;
+    const acts_t *a;
+    float *y;
+} product_t;
+
+static void product_part(const void *ctx, int part, int parts) {
+    const product_t *job = ctx;
+    int64_t n0 = job->N * part / parts, n1 = job->N * (part + 1) / parts, N = job->N, rb = job->row_bytes;
     const acts_t *a = job->a;
 #if TF_X86
     if (simd_level > 0) {
@@ -413,6 +417,10 @@ static void run_part(const job_t *job, int part) {
     for (int64_t n = n0; n < n1; n++)
         for (int64_t m = 0; m < job->M; m++) rows_portable(job->fmt, job->w + n * rb, a, m, job->y + m * N + n);
 }
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Row-exact attention (the decode step's other half on the kernel path): attend_rows.h. */
+#include "attend_rows.h"
 
 /* ------------------------------------------------------------------------------------------------------------
  * Python's side: every argument is an integer (a data pointer, a size, a format id). */
@@ -461,7 +469,8 @@ static PyObject *py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int parts = (int)(threads < N ? threads : N);
     pthread_mutex_lock(&call_lock);
     if (pool_grow(parts - 1) != 0) parts = pool_size + 1;
-    job_t job = {fmt, w, row_bytes, N, M, &a, y, parts};
+    product_t product = {fmt, w, row_bytes, N, M, &a, y};
+    job_t job = {product_part, &product, parts};
     run_parallel(&job);
     pthread_mutex_unlock(&call_lock);
     Py_END_ALLOW_THREADS
@@ -491,6 +500,43 @@ static PyObject *py_repack(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+/* attend(q, k, v, bias (0: none), out, B, H, Hkv, Tq, Tk, D, q strides x3, k strides x3, v strides x3,
+ * bias strides x3, causal, threads, scale): row-exact attention (attend_rows.h); the wrapper has checked the
+ * tensors (fp32, last dimension contiguous, out contiguous). */
+static PyObject *py_attend(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    const char *usage = "attend(q, k, v, bias, out, B, H, Hkv, Tq, Tk, D, 12 strides, causal, threads, scale)";
+    long long v[25];
+    if (nargs != 26) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (int_args(args, 25, 25, v, usage) != 0) return NULL;
+    double scale = PyFloat_AsDouble(args[25]);
+    if (scale == -1.0 && PyErr_Occurred()) return NULL;
+    attend_t a = {(const float *)(intptr_t)v[0], (const float *)(intptr_t)v[1], (const float *)(intptr_t)v[2],
+                  (const float *)(intptr_t)v[3], (float *)(intptr_t)v[4], v[5], v[6], v[7], v[8], v[9], v[10],
+                  {v[11], v[12], v[13]}, {v[14], v[15], v[16]}, {v[17], v[18], v[19]}, {v[20], v[21], v[22]},
+                  v[23], (float)scale};
+    long long threads = v[24];
+    if (a.B < 0 || a.H < 1 || a.Hkv < 1 || a.H % a.Hkv != 0 || a.Tq < 0 || a.Tk < 0 || a.D < 1 || threads < 1 ||
+        threads > MAX_THREADS) {
+        PyErr_SetString(PyExc_ValueError, "ggml_kernel.attend: shape or thread count out of range");
+        return NULL;
+    }
+    int64_t items = a.B * a.H * a.Tq;
+    if (items == 0) Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    int parts = (int)(threads < items ? threads : items);
+    pthread_mutex_lock(&call_lock);
+    if (pool_grow(parts - 1) != 0) parts = pool_size + 1;
+    job_t job = {attend_part, &a, parts};
+    run_parallel(&job);
+    pthread_mutex_unlock(&call_lock);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_simd(PyObject *self, PyObject *unused) {
     (void)self; (void)unused;
     return PyUnicode_FromString(SIMD_NAMES[simd_level]);
@@ -510,6 +556,8 @@ static PyMethodDef METHODS[] = {
      "matmul(x_ptr, M, K, w_ptr, N, row_bytes, fmt, y_ptr, threads): y = x W^T over GGUF blocks"},
     {"repack", (PyCFunction)(void (*)(void))py_repack, METH_FASTCALL,
      "repack(src_ptr, dst_ptr, N, row_bytes, fmt): file blocks -> the kernel's layout"},
+    {"attend", (PyCFunction)(void (*)(void))py_attend, METH_FASTCALL,
+     "attend(q, k, v, bias, out, B, H, Hkv, Tq, Tk, D, 12 strides, causal, threads, scale): row-exact attention"},
     {"simd", py_simd, METH_NOARGS, "the instruction set chosen on this CPU"},
     {"set_spin_us", py_set_spin, METH_O, "how long a waiting worker spins before it sleeps (microseconds)"},
     {NULL, NULL, 0, NULL},
