@@ -157,3 +157,16 @@ def test_generate_from_hf_folder_with_tokenizer_json(tmp_path, capsys):
                            pad_token_id=0)[0, 3:].tolist()
     assert ids == expected
     assert data["sequences"][0]["text"] == tok.decode(ids)
+
+
+@pytest.mark.parametrize("command, extra, default", [
+    ("generate", ["--prompt", "hi"], "auto"), ("chat", [], "auto"), ("serve", [], "auto"),
+    ("perplexity", [], "dequantize"), ("export", ["--out", "o"], "dequantize"), ("quantize", ["--out", "o", "--to", "int8"], "dequantize"),
+])
+def test_a_gguf_file_decodes_on_the_block_kernel_by_default_and_is_scored_and_rewritten_in_fp32(command, extra, default):
+    """Issue 48's defaults: the commands that decode take the kernel where it is built (auto); perplexity scores
+    512-token rows, where fp32 GEMM is faster, and the commands that rewrite weights read their exact values."""
+    from tformer.cli import build_parser
+
+    args = build_parser().parse_args([command, "--gguf", "model.gguf", *extra])
+    assert args.gguf_weights == default

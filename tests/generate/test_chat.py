@@ -109,12 +109,15 @@ def test_the_oldest_turns_go_when_the_window_is_full(smollm2):
 def test_generate_chat_and_the_chat_command(capsys, monkeypatch):
     import io
 
-    assert main(["generate", "--gguf", "smollm2-135m-instruct", "--chat", "What is the capital of France?",
+    # fp32 (the file's exact values) answers Paris; the default, the block kernel, rounds activations to 8 bits as
+    # llama.cpp does and answers as it does ("L'Étoile, ...": tests/serve/test_served_equals_generated.py)
+    fp32 = ["--gguf-weights", "dequantize"]
+    assert main(["generate", "--gguf", "smollm2-135m-instruct", *fp32, "--chat", "What is the capital of France?",
                  "--greedy", "--max-new-tokens", "24", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert "Paris" in row["reply"] and row["finish_reason"] == "stop"
     monkeypatch.setattr("sys.stdin", io.StringIO("What is the capital of France?\n/reset\n/nope\n"))
-    assert main(["chat", "--gguf", "smollm2-135m-instruct", "--greedy", "--max-new-tokens", "24"]) == 0
+    assert main(["chat", "--gguf", "smollm2-135m-instruct", *fp32, "--greedy", "--max-new-tokens", "24"]) == 0
     out, err = capsys.readouterr()
     assert "Paris" in out and "conversation cleared" in err and "unknown command /nope" in err
     assert main(["generate", "--gguf", "smollm2-135m-instruct", "--system", "x", "--prompt", "hi"]) == 2
@@ -129,7 +132,8 @@ def test_stop_ids_end_a_chat_reply_beside_the_end_of_turn(smollm2, capsys, monke
     _, tokenizer = smollm2
     paris = tokenizer.encode(" Paris")
     assert len(paris) == 1
-    argv = ["--gguf", "smollm2-135m-instruct", "--greedy", "--max-new-tokens", "24", "--stop-ids", str(paris[0])]
+    argv = ["--gguf", "smollm2-135m-instruct", "--gguf-weights", "dequantize", "--greedy", "--max-new-tokens", "24",
+            "--stop-ids", str(paris[0])]  # fp32: the answer that says Paris (the test above)
     assert main(["generate", *argv, "--chat", "What is the capital of France?", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["reply"] == "The capital of France is" and row["finish_reason"] == "stop"

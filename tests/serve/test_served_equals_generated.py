@@ -253,12 +253,13 @@ def test_perplexity_of_kept_blocks_is_the_dequantized_models(tok, fp32, models, 
 @pytest.mark.slow
 @pytest.mark.parametrize("weights", [
     "dequantize", "keep",
-    # The block kernel (8-bit activations): generate, chat and the server answer what llama-server answers on the
-    # same file token for token ("L'Étoile, la Marseillaise, la femme au roi, ...": the fp32 top two for the first
-    # token are 0.08 apart and swap under 8-bit activations). Before row-exact attention the server did not: its
-    # rows reached the kernel an fp32 ulp away from generate's (the pool's column buckets and chunked prefill
-    # summed attention in another order), and an ulp that crossed an 8-bit rounding step, over 30 layers, flipped
-    # a near-tie ("... la femme, la femme au martyre").
+    # The block kernel (8-bit activations, the commands' default): generate, chat and the server agree token for
+    # token. Its answer starts as llama-server's on the same file ("L'Étoile, la Marseillaise, la femme": the fp32
+    # top two for the first token are 0.08 apart and swap under 8-bit activations) and parts from it at a near tie
+    # (llama-server: "... au roi", tformer: ", la femme au martyre"): two engines' fp32 sums differ by ulps.
+    # Before row-exact attention the server and generate parted the same way: the pool's column buckets and
+    # chunked prefill summed attention in another order than generate's prefill, and an ulp that crossed an 8-bit
+    # rounding step, over 30 layers, flipped a near tie.
     pytest.param("kernel", marks=BLOCKS),
 ])
 def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smollm2_path, capsys, monkeypatch,

