@@ -421,8 +421,9 @@ def main(argv=None) -> int:
     p.add_argument("--llama-server", default=str(LLAMA_SERVER), help="llama.cpp's server binary (with --gguf)")
     p.add_argument("--slot-positions", type=int, default=256, help="KV positions per slot, both servers (with --gguf)")
     p.add_argument("--compile", action="store_true", help="tformer serve --compile (one compiled decode step)")
-    p.add_argument("--gguf-weights", choices=("kernel", "keep", "dequantize"), default="dequantize",
-                   help="how tformer holds the file's weights (with --gguf): fp32 (the default), or its blocks")
+    p.add_argument("--gguf-weights", choices=("auto", "kernel", "keep", "dequantize"), default="auto",
+                   help="how tformer holds the file's weights (with --gguf): auto (the server's default: the block "
+                        "kernel where built), kernel, keep (blocks widened exactly) or dequantize (fp32)")
     p.add_argument("--bf16-kernel", action="store_true",
                    help="tformer serve --bf16-kernel: kept blocks on torch's bf16 int4 kernel (with --gguf-weights keep)")
     p.add_argument("--levels", default=None, help="client counts (default 1,8,32,128; --quick: 1,4)")

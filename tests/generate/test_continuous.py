@@ -334,6 +334,8 @@ def test_a_compiled_pool_step_is_one_graph_for_every_batch_and_length():
         assert seq.finish_reason == "length" and seq.tokens == _alone(model, seq.request)
     assert set(batcher.stats.steps) >= {2, 3}  # steps of different row counts and cache lengths ...
     assert counters["stats"]["unique_graphs"] == 1  # ... through one graph
+    assert batcher.compile_seconds > 0  # compiled in start(), before any request: what `tformer serve` reports
+    assert ContinuousBatcher(model, max_batch=3).compile_seconds is None
 
 
 def test_compile_is_refused_where_the_pool_does_not_serve():

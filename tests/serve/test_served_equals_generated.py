@@ -275,6 +275,25 @@ def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smoll
 
 @pytest.mark.slow
 @BLOCKS
+def test_gemma3_on_the_block_kernel_serves_what_generate_gives(gemma3_path, torch_threads_restored):
+    """Gemma 3 270M (Q4_K_M: Q4_K, Q6_K, Q8_0 and Q5_0 matrices; sliding-window layers beside global ones, read as
+    their band by row-exact attention) on the kernel, the commands' default: the serving loop, each text alone and
+    all at once, continues them as generate does (a base model: plain text, no chat template)."""
+    from tformer.interop.gguf_model import load_gguf
+
+    model, tokenizer = load_gguf(gemma3_path, tokenizer=True, weights="kernel")
+    layers = [m for m in model.modules() if hasattr(m, "row_exact")]
+    assert {m.kind for m in layers} >= {"sliding"} and all(m.row_exact for m in layers)
+    prompts = [prompt_ids(tokenizer, t) for t in TEXTS + QUESTIONS]
+    stops = [tokenizer.eos_id]
+    alone = [_alone(model, p, stops) for p in prompts]
+    assert len({tuple(a) for a in alone}) > 1
+    for batch in ([prompts[0]], prompts):
+        assert _served(model, batch, stops) == alone[:len(batch)]
+
+
+@pytest.mark.slow
+@BLOCKS
 def test_the_real_model_on_the_block_kernel_generates_what_chat_answers(smollm2_path, capsys, monkeypatch,
                                                                         torch_threads_restored):
     """What holds on the block kernel today (the strict xfail above is the served part): `generate --chat` and

@@ -158,13 +158,18 @@ class ContinuousBatcher(WorkQueue):
 
     # Public -------------------------------------------------------------------------------------
     def start(self):
-        """Start the loop; a compiled step is compiled first (one step over two empty rows, then forgotten)."""
+        """Start the loop; a compiled step is compiled first (one step over two empty rows, then forgotten: the one
+        graph serves every number of rows and columns), its seconds kept in ``compile_seconds``."""
         if self._pool is not None and self._pool.least_rows > 1:
+            t0 = time.perf_counter()
             slot = self._pool.take()
             with torch.no_grad():
                 self._pool.step({slot: self._pad}, self._pad)
             self._pool.give(slot)
+            self.compile_seconds = time.perf_counter() - t0
         return super().start()
+
+    compile_seconds: float | None = None  # set by start() when the decode step is compiled
 
     @property
     def active(self) -> int:

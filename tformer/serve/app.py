@@ -72,6 +72,9 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
     @asynccontextmanager
     async def lifespan(app):
         engine.start()
+        if getattr(engine, "compile_seconds", None) is not None:  # before the first request is taken
+            log.warning("tformer serve: decode step compiled in %.1f s (one graph for every batch size and context)",
+                        engine.compile_seconds)
         try:
             yield
         finally:  # uvicorn has let in-flight requests finish; what is still queued runs to its end
