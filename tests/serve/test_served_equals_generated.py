@@ -1,8 +1,10 @@
-"""Served equals generated (issue 45): greedy tokens from the serving loop and from `tformer serve`'s endpoints are
-the tokens tformer.generate gives the same prompt alone, token for token, in every weight mode whose arithmetic is
-fp32 (fp32 weights, and kept blocks of every format the GGUF reader keeps, widened exactly), at 1, 2, 7 and 32
-concurrent requests, for prompts shorter and longer than the prefill chunk and prompts that share a start (the
-prefix cache), eager and compiled; and a model kept in blocks answers what its dequantized fp32 twin answers.
+"""Served equals generated (issues 45 and 48): greedy tokens from the serving loop and from `tformer serve`'s
+endpoints are the tokens tformer.generate gives the same prompt alone, token for token, in fp32, in kept blocks of
+every format the GGUF reader keeps (widened exactly) and on the block kernel (8-bit activations, with row-exact
+attention: tformer.model.attention.row_exact), at 1, 2, 7 and 32 concurrent requests, for prompts shorter and
+longer than the prefill chunk and prompts that share a start (the prefix cache), eager and compiled, on tiny
+models and on the real SmolLM2 and Gemma 3; and a model kept in blocks answers what its dequantized fp32 twin
+answers.
 
 What broke it: a kept Linear's path (the blocks widened exactly, or torch's int4 kernel on bf16 activations with
 bf16 logits) was chosen per bucket of rows by timing, so a prompt decoded alone (one row) and in a served batch
