@@ -138,3 +138,48 @@ def test_profile_without_gemv_still_loads(tmp_path, monkeypatch):
                                    "bytes_per_s": 3.072e10, "bytes_per_s_best": 3.072e10}]
     dev = BenchResult.from_dict(data).to_device("cpu")
     assert dev.gemv_bandwidth == {"fp32": [[1, 768, 3.072e10]]}
+
+
+def test_a_kept_matrix_reads_at_the_block_kernel_s_measured_rate():
+    """An op whose weights are kept in a block layout reads at that layout's measured rate (the block kernel's);
+    a layout nobody measured, and a float op, read at the float rate; the roofline's note says which."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    gemv = {**GEMV, "q4_1": [[1, 768, 2.5e9], [8, 768, 1e9]]}
+    kept, other, plain = replace(_linear(1), weight_layout="q4_1"), replace(_linear(1), weight_layout="q6_k"), _linear(1)
+    dev = _device(gemv)
+    assert measured_op_time(kept, dev, "fp32", 5e10)[0] == pytest.approx(kept.bytes / 2.5e9 + 3e-6)
+    assert measured_op_time(other, dev, "fp32", 5e10)[0] == pytest.approx(other.bytes / 5e9 + 3e-6)
+    assert measured_op_time(plain, dev, "fp32", 5e10)[0] == pytest.approx(plain.bytes / 5e9 + 3e-6)
+    eight = replace(_linear(8), weight_layout="q4_1")
+    assert measured_op_time(eight, dev, "fp32", 5e10)[0] == pytest.approx(eight.bytes / 1e9 + 3e-6)
+    model = roofline(SimpleNamespace(workload=SimpleNamespace(dtype="fp32"), ops=[kept, other]), dev).model
+    assert "q4_1 blocks at the block kernel's measured rate" in model and "q6_k blocks at the float rate" in model
+    spec = {"name": "x", "kind": "measured", "peak_fp32": 1e11, "bandwidth": 1e10, "gemv_bandwidth": gemv}
+    assert device_from_dict(spec).gemv_rate("q4_1", 1, 768) == 2.5e9  # a device file may carry them too
+
+
+def test_the_ledger_marks_each_weight_product_with_its_layout():
+    from tformer.core.config import ModelConfig
+    from tformer.cost.ledger import Workload, ledger
+
+    config = ModelConfig(arch="decoder", position="rope", norm="rmsnorm", activation="silu", gated_mlp=True, n_layers=2,
+                         d_model=256, n_heads=4, d_ff=512, vocab_size=512, quantize="mixed",
+                         quantize_layers=["q:q8_0,k:q4_1,v:q5_0,o:q8_0,gate:q4_1,up:q5_0,down:q4_k"] * 2)
+    ops = ledger(config, Workload(phase="decode", batch=1, seq=9, context=8)).ops
+    layouts = {op.name.rsplit(".", 1)[-1]: op.weight_layout for op in ops if op.dims is not None and op.dims.weight}
+    assert (layouts["q_proj"], layouts["k_proj"], layouts["v_proj"]) == ("q8_0", "q4_1", "q5_0")
+    assert (layouts["down"], layouts["gate"], layouts["up"]) == ("q4_k", "q4_1", "q5_0")
+    assert all(op.weight_layout == "" for op in ops if op.dims is None or not op.dims.weight)
+
+
+def test_bench_measures_the_block_kernel_per_layout():
+    from tformer.measure.bench import bench_gemv_blocks
+    from tformer.model import ggml_kernel
+
+    if not ggml_kernel.available():
+        pytest.skip("the block kernel is not built (no C compiler)")
+    p = bench_gemv_blocks("q4_k", 64, 512, rows=1, reps=3, min_rep_s=0.002, count=2)
+    assert p.dtype == "q4_k" and p.weight_bytes == 64 * 2 * 144 and p.k == 512
+    assert p.bytes_per_s == pytest.approx(p.weight_bytes / p.median_s)

@@ -102,7 +102,7 @@ class OpListBuilder:
             other_flops=rows * d_out if bias else 0,  # the bias add of addmm (FlopCounterMode skips it)
             bytes_read=rows * d_in * a + linear_weight_bytes(spec, wb),
             bytes_written=rows * d_out * a,
-            params=n_params, weight_bytes=linear_weight_bytes(spec, wb),
+            params=n_params, weight_bytes=linear_weight_bytes(spec, wb), weight_layout=spec.layout,
             saved_bytes=rows * d_in * a if saves_input else 0,
         ))
 

@@ -77,6 +77,7 @@ class Op:
     saved_bytes: int = 0
     scores_bytes: int = 0  # the part of ``saved_bytes`` that is an s x s tensor (gone with a fused kernel)
     weight_bytes: int = 0  # the part of ``bytes_read`` that is parameters
+    weight_layout: str = ""  # a weight product's block layout (config.quantize's names: q4_1, q8_0, ...); "": float
     cache_bytes: int = 0  # KV-cache bytes this op's layer holds after the step (scores: K, context: V)
     stack: str = ""  # "encoder" | "decoder" | "" (model-level)
     dims: MatMul | None = None  # a matmul's sizes (the roofline reads these; ``shapes`` is only a label)

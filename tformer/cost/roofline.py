@@ -82,11 +82,18 @@ def gemv_dims(op) -> tuple[int, int] | None:
 
 
 def gemv_bandwidth_for(op, device, dtype: str) -> float | None:
-    """The measured weight-read bytes/s for a few-row weight product, or None (use STREAM)."""
+    """The measured weight-read bytes/s for a few-row weight product, or None (use STREAM). A product whose
+    weights are kept in a block layout reads at the rate measured for that layout (the block kernel's, keyed
+    by the layout's name: `tformer bench` measures each where the kernel is built), else at the float rate."""
     if not getattr(device, "gemv_bandwidth", None):
         return None
     dims = gemv_dims(op)
-    return device.gemv_rate(dtype, *dims) if dims is not None else None
+    if dims is None:
+        return None
+    layout = getattr(op, "weight_layout", "")
+    if layout and device.gemv_bandwidth.get(layout):
+        return device.gemv_rate(layout, *dims)
+    return device.gemv_rate(dtype, *dims)
 
 
 # The measured element-wise kernel each op kind runs (residual and position adds, the activation, the
@@ -225,7 +232,7 @@ def roofline(ledger, device, efficiency: float = 1.0, model: str = "auto") -> Ro
         ridge_point=ridge_point(peak, bw) if known else UNKNOWN, efficiency=efficiency,
         ops=rows, time_s=total if known else UNKNOWN, time_by_phase=by_phase if known else {},
         bound_share=share if known else {},
-        model=(MEASURED_MODEL + _gemv_note(device, dtype)
+        model=(MEASURED_MODEL + _gemv_note(device, dtype) + _kernel_note(device, ledger)
                + (f"; + {device.call_overhead_s * 1e6:.1f} µs measured per-op overhead"
                   if device.call_overhead_s else "")) if detailed else Roofline.model,
     )
@@ -235,6 +242,18 @@ MEASURED_MODEL = ("measured roofline: max(matmul FLOPs / FLOP/s of the measured 
                   "+ other FLOPs / peak, bytes / measured bandwidth: of the element-wise kernel the op runs "
                   "(add, gelu, layer_norm, softmax) at its size where measured, else STREAM's of the matching "
                   "read/write mix)")
+
+
+def _kernel_note(device, ledger) -> str:
+    """Which block layouts' weight products read at the block kernel's measured rate."""
+    measured = getattr(device, "gemv_bandwidth", None) or {}
+    layouts = sorted({op.weight_layout for op in ledger.ops if getattr(op, "weight_layout", "")})
+    used = [name for name in layouts if measured.get(name)]
+    missing = [name for name in layouts if not measured.get(name)]
+    text = f"; {', '.join(used)} blocks at the block kernel's measured rate" if used else ""
+    if missing:
+        text += f"; {', '.join(missing)} blocks at the float rate (the kernel's not measured: rerun `tformer bench`)"
+    return text
 
 
 def _gemv_note(device, dtype: str) -> str:

@@ -10,6 +10,7 @@ from dataclasses import fields
 from tformer.core.errors import TformerError
 from tformer.core.files import parse_json, read_json
 from tformer.core.inputs import Bounds, shown
+from tformer.core.quant_formats import KEPT_BLOCKS
 from tformer.machine.device import DTYPES, Device
 from tformer.machine.peaks import cpu_peak_flops, gpu_bandwidth, memory_bandwidth
 from tformer.machine.profile_store import load_measured_device
@@ -130,8 +131,9 @@ def device_from_dict(spec: dict, origin: str = "user description") -> Device:
              for d, pts in curve.items()}
     stream_bw = {k: _positive(f"stream_bandwidth.{k}", v) for k, v in (spec.get("stream_bandwidth") or {}).items()}
     gemv_bw = spec.get("gemv_bandwidth") or {}
-    gemv_msg = f"{origin}: gemv_bandwidth must be an object {{dtype: [[rows, k, bytes/s], ...]}}"
-    if not isinstance(gemv_bw, dict) or any(d not in DTYPES for d in gemv_bw):
+    gemv_msg = (f"{origin}: gemv_bandwidth must be an object {{dtype or kept block layout ({', '.join(KEPT_BLOCKS)}): "
+                "[[rows, k, bytes/s], ...]}}")
+    if not isinstance(gemv_bw, dict) or any(d not in DTYPES and d not in KEPT_BLOCKS for d in gemv_bw):
         raise TformerError(gemv_msg)
     try:
         gemv_bw = {d: [[_positive("gemv_bandwidth rows", r), _positive("gemv_bandwidth k", kk),

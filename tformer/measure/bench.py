@@ -29,6 +29,7 @@ import torch
 
 from tformer.core import fmt
 from tformer.core.errors import TformerError
+from tformer.core.quant_formats import GGML_BLOCKS, KEPT_BLOCKS
 from tformer.machine import profile_store
 from tformer.machine.bench_records import (
     MATMUL_DTYPES,
@@ -45,6 +46,8 @@ from tformer.machine.bench_records import (
 from tformer.machine.peaks import cpu_peak_flops
 from tformer.machine.specs import NO_NATIVE, cpu_flops_per_cycle, last_level_cache_bytes
 from tformer.measure.probe import detect_machine
+from tformer.model import ggml_kernel
+from tformer.model.ggml_encode import random_blocks
 from tformer.model.linear import Linear
 from tformer.model.path_choice import choose_paths
 
@@ -213,6 +216,32 @@ def bench_gemv(device: str, dtype: str, n: int, k: int, rows: int = 1, reps: int
     nbytes = n * k * layers[0].weight.element_size()
     return GemvPoint(device=device, dtype=dtype, rows=rows, n=n, k=k, weight_bytes=nbytes, reps=reps,
                      calls_per_rep=calls * len(layers), bytes_per_s=nbytes / s["median_s"],
+                     bytes_per_s_best=nbytes / s["min_s"], **s)
+
+
+def bench_gemv_blocks(layout: str, n: int, k: int, rows: int = 1, reps: int = 5, min_rep_s: float = 0.02,
+                      count: int = 1) -> GemvPoint:
+    """The block kernel (tformer.model.ggml_kernel) on ``count`` distinct W (n, k) kept in ``layout``'s blocks
+    (config.quantize's name: q4_1, ...), repacked once and called as a kept Linear calls it, one W after another
+    as in decode: the rate at which a kept matrix's few-row product reads its blocks. Filed as a GemvPoint whose
+    dtype is the layout's name; the roofline reads it for ops whose weights are kept in that layout."""
+    ggml_type = layout.upper()
+    fmt = ggml_kernel.FORMATS[ggml_type]
+    gen = torch.Generator(device="cpu").manual_seed(k)
+    first = ggml_kernel.repack(random_blocks(n, k, ggml_type, gen), ggml_type)
+    weights = [first] + [first.clone() for _ in range(max(1, count) - 1)]  # distinct memory, same values
+    x = torch.randn(rows, k, generator=gen)
+
+    def fn():
+        for w in weights:
+            ggml_kernel.product(x, w, fmt)
+
+    times, calls, _ = time_calls(fn, _sync_for("cpu"), reps, min_rep_s, warmup=1)
+    times = [t / len(weights) for t in times]
+    s = _summary(times)
+    nbytes = first.numel()
+    return GemvPoint(device="cpu", dtype=layout, rows=rows, n=n, k=k, weight_bytes=nbytes, reps=reps,
+                     calls_per_rep=calls * len(weights), bytes_per_s=nbytes / s["median_s"],
                      bytes_per_s_best=nbytes / s["min_s"], **s)
 
 
@@ -435,6 +464,18 @@ def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stre
                     except (RuntimeError, TypeError, NotImplementedError) as exc:
                         db.skipped.append(f"GEMV {dtype}: not supported here ({str(exc).splitlines()[0][:120]})")
                         break
+            if not is_gpu and ggml_kernel.available():
+                # The block kernel on each kept layout, the same shapes and bytes: a GGUF model's kept matrices
+                # run there (--gguf-weights auto), at a rate neither GEMV nor STREAM gives.
+                for layout in KEPT_BLOCKS:
+                    per_block, block_bytes = GGML_BLOCKS[layout.upper()]
+                    for rows, k in GEMV_POINTS:
+                        row_bytes = k // per_block * block_bytes
+                        n = max(1, min(4 * k, total // row_bytes))
+                        count = max(1, math.ceil(total / (n * row_bytes)))
+                        say(f"{dev} block kernel {layout} rows={rows} {count} x W {n}x{k}")
+                        db.gemv.append(bench_gemv_blocks(layout, n, k, rows, reps=n_reps, min_rep_s=min_rep_s,
+                                                         count=count))
             for rows, width in ELEMENTWISE_SHAPES[quick]:
                 say(f"{dev} element-wise kernels on {rows} x {width}")
                 db.elementwise.extend(bench_elementwise(dev, rows, width, reps=n_reps, min_rep_s=min_rep_s))
