@@ -18,8 +18,10 @@ What is measured (batch 1, threads = physical cores, the machine otherwise quiet
      (>= 5) repetitions, with their range and every repetition in the record (llama-bench's own, from its JSON).
   2. tg128's ceiling: the read-only stream rate (a sum over 512 MiB, measured now) over the bytes a decode step
      must read (the ledger's weight and KV bytes of a step at context 64, the middle of tg128); and the ledger's
-     predicted decode step (its roofline on this machine's saved `tformer bench` profile) against the step
-     measured.
+     predicted decode step against the step measured, per row: its measured roofline on this machine's saved
+     `tformer bench` profile (weight products at the measured GEMV rate, a kept layout at the block kernel's
+     measured rate) plus a fixed cost per ledger op, named beside the ratio: compiled, the profile's per-call
+     cost; eager, the framework's glue per op measured now on the model's skeleton.
   3. Perplexity, llama.cpp's protocol (chunks of 512 tokens, the second half of each scored) on WikiText-2's
      test raw text: llama-perplexity on the file beside tformer (fp32; kept blocks, widened exactly; kept on
      the bf16 int4 kernel; and on the block kernel, llama.cpp's own arithmetic).
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -53,6 +56,7 @@ from tformer.interop.gguf_config import resolve_gguf
 from tformer.interop.gguf_model import load_gguf
 from tformer.machine import cpu_info
 from tformer.measure.perplexity import perplexity
+from tformer.measure.step import framework_overhead
 from tformer.model import ggml_kernel
 from tformer.model.quantized import QuantizedLinear, use_path
 
@@ -181,15 +185,24 @@ def measured_device():
     bench, note = machine_profile("cpu", detect_machine(), print)
     device = bench.to_device("cpu")
     if device.call_overhead_s is None:
-        from dataclasses import replace
         device = replace(device, call_overhead_s=call_overhead())
     return device, note
 
 
-def step_prediction(config, device, context: int = 64) -> dict:
-    lg = ledger(config, Workload(phase="decode", batch=1, seq=context + 1, context=context))
+def step_prediction(config, device, compiled: bool, context: int = 64) -> dict:
+    """The ledger's step on the measured roofline: weight products at the measured GEMV rate (a kept layout at the
+    block kernel's), the rest at its measured kernels, plus a fixed cost per ledger op: compiled, the bare per-call
+    cost of the profile; eager, the framework's glue per op measured now on the model's skeleton (its layers at
+    8-wide heads, fp32: tformer.measure.step.framework_overhead)."""
+    work = Workload(phase="decode", batch=1, seq=context + 1, context=context)
+    lg = ledger(config, work)
     read = sum(op.bytes_read for op in lg.ops)
-    return {"bytes_read": read, "weight_bytes": lg.memory["weights"], "predicted_step_s": roofline(lg, device).time_s}
+    per_op, how = device.call_overhead_s, "the profile's per-call cost"
+    if not compiled:
+        plain = config.replace(quantize="none", quantize_layers=None, quantize_head="none")
+        per_op, how = framework_overhead(plain, work, "cpu", device)
+    return {"bytes_read": read, "weight_bytes": lg.memory["weights"], "per_op_s": per_op, "per_op_how": how,
+            "predicted_step_s": roofline(lg, replace(device, call_overhead_s=per_op)).time_s}
 
 
 # The parts of the record each --skip name leaves out; a later run that skips them keeps the filed ones (dated).
@@ -283,7 +296,7 @@ def main(argv=None) -> int:
             except Exception as exc:  # a compile failure is a figure too: say it and go on
                 rows[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 continue
-            pred = step_prediction(model.config, device)
+            pred = step_prediction(model.config, device, how == "compiled")
             with threads_for(fmt, threads):
                 products, nbytes = products_time(model)
             rows[mode].update(pred, roofline_tg128=bw / pred["bytes_read"], products_s=products,
@@ -305,6 +318,11 @@ def main(argv=None) -> int:
         for name, r in (("llama.cpp", lc), *((f"tformer {k}", v) for k, v in rows.items() if "error" not in v)):
             print(f"  {name}: " + "; ".join(f"{key} {r[key + '_spread']['min']:.1f}-{r[key + '_spread']['max']:.1f}"
                                             for key in ("pp512", "tg128")) + " (range over the repetitions)")
+        for mode, r in rows.items():
+            if "error" not in r:
+                print(f"  {mode}: ledger {r['predicted_step_s'] * 1e3:.1f} ms / measured {1e3 / r['tg128']:.1f} ms = "
+                      f"{r['predicted_step_s'] * r['tg128']:.2f} (+ {r['per_op_s'] * 1e6:.1f} µs per ledger op: "
+                      f"{'the framework glue measured on the skeleton' if 'eager' in mode else r['per_op_how']})")
         for mode, r in rows.items():
             if "error" not in r:
                 print(f"  {mode}: a step of {1e3 / r['tg128']:.1f} ms holds {r['products_s'] * 1e3:.1f} ms of weight "

@@ -467,11 +467,13 @@ def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stre
             if not is_gpu and ggml_kernel.available():
                 # The block kernel on each kept layout, the same shapes and bytes: a GGUF model's kept matrices
                 # run there (--gguf-weights auto), at a rate neither GEMV nor STREAM gives.
+                # Square W (n = k), not GEMV's 4k x k: a kernel call's fixed cost (the dispatch, rounding the
+                # activations, waking the pool) counts as it does on a small model's q/k/v/o products.
                 for layout in KEPT_BLOCKS:
                     per_block, block_bytes = GGML_BLOCKS[layout.upper()]
                     for rows, k in GEMV_POINTS:
                         row_bytes = k // per_block * block_bytes
-                        n = max(1, min(4 * k, total // row_bytes))
+                        n = max(1, min(k, total // row_bytes))
                         count = max(1, math.ceil(total / (n * row_bytes)))
                         say(f"{dev} block kernel {layout} rows={rows} {count} x W {n}x{k}")
                         db.gemv.append(bench_gemv_blocks(layout, n, k, rows, reps=n_reps, min_rep_s=min_rep_s,
