@@ -209,3 +209,38 @@ def test_a_spent_budget_still_measures_one_point(monkeypatch):
 
 def test_state_dict_keys_are_nn_linear_s():
     assert list(Linear(4, 3).state_dict()) == list(torch.nn.Linear(4, 3).state_dict())
+
+
+def test_a_compiled_graph_of_fixed_rows_takes_the_split_as_one_op_and_a_dynamic_one_keeps_f_linear():
+    """generate's compiled step (one row, called under fixed_rows_graph) runs the choice the pass made, as the op
+    tformer::split_rows_linear, with eager's numbers bit for bit; a graph whose rows are symbolic (serving's) stays
+    on F.linear, so the choice never specializes it to a row count."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the split needs two threads to split over (an earlier test may have left one)
+    try:
+        _compiled_split_check()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _compiled_split_check():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    layer = _chosen(Linear(256, 1024), "split")
+    assert layer.split_rows
+    x = torch.randn(1, 256)
+    with torch.no_grad():
+        eager = layer(x)
+        counter = CompileCounterWithBackend("aot_eager")
+        fixed = torch.compile(layer, backend=counter, fullgraph=True, dynamic=False)
+        with linear.fixed_rows_graph():
+            assert torch.equal(fixed(x), eager)
+        graph = "\n".join(str(g.graph) for g in counter.graphs)
+        assert "split_rows_linear" in graph
+        torch._dynamo.reset()
+        counter = CompileCounterWithBackend("aot_eager")
+        rows = torch.randn(3, 256)
+        torch._dynamo.mark_dynamic(rows, 0)
+        dynamic = torch.compile(layer, backend=counter, fullgraph=True)
+        torch.testing.assert_close(dynamic(rows), F.linear(rows, layer.weight, layer.bias))
+        assert "split_rows_linear" not in "\n".join(str(g.graph) for g in counter.graphs)

@@ -33,6 +33,7 @@ import torch
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.errors import TformerError
 from tformer.model.base import TransformerModel
+from tformer.model.linear import fixed_rows_graph
 from tformer.model.path_choice import choose_paths
 from tformer.model.runners import runner_for
 from tformer.model.slot_cache import SlotCache, layer_windows
@@ -145,14 +146,15 @@ class CompiledStep:
         args = (tokens, kv.buffers, kv.lengths, kv.positions, kv.keep, cross, memory, memory_mask)
         with torch.no_grad():  # one graph whatever the caller's grad mode (dynamo guards on it)
             try:
-                with torch.compiler.set_stance(skip_guard_eval_unsafe=warmed):
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=warmed), fixed_rows_graph():
                     logits = self._step(*args)
             except RuntimeError as exc:
                 # What the kept guards cannot tell apart, dynamo refuses before running anything (beam search's
                 # reordered rows are one such step): run it with every guard, compiling if it must.
                 if "skip_guard_eval_unsafe" not in str(exc):
                     raise
-                logits = self._step(*args)
+                with fixed_rows_graph():
+                    logits = self._step(*args)
         # A CUDA graph's output lives in memory the next replay overwrites: keep a copy.
         return logits.clone() if self.mode == "reduce-overhead" else logits
 

@@ -40,7 +40,7 @@ from tformer.model import linear_tuning
 from tformer.model.block_quantized import LAYOUTS as BLOCK_LAYOUTS
 from tformer.model.kquant_linear import LAYOUTS as KQUANT_LAYOUTS
 from tformer.model.quantized import Int4Linear, Int8Linear, QuantizedLinear
-from tformer.model.split_linear import split_rows_linear
+from tformer.model.split_linear import split_rows_linear, split_rows_op
 
 MODES = ("auto", "plain", "split")
 _state = {"table": None, "override": None}  # the loaded/tuned PathTable; a table or mode set in code
@@ -129,6 +129,22 @@ def quantized_linear(spec) -> QuantizedLinear:
                        f"{' or '.join(BLOCK_LAYOUTS)}")
 
 
+_FIXED_ROWS_GRAPH = False  # set while a compiled step of a fixed row count runs (tformer.model.compiled)
+
+
+@contextlib.contextmanager
+def fixed_rows_graph():
+    """Around a call of a graph compiled for a fixed number of rows (generate's compiled step): its Linears take the
+    split-rows choice inside the graph. The graph is traced and guarded with the flag as it is set here; serving's
+    graph, whose rows are symbolic, is called without it."""
+    global _FIXED_ROWS_GRAPH
+    before, _FIXED_ROWS_GRAPH = _FIXED_ROWS_GRAPH, True
+    try:
+        yield
+    finally:
+        _FIXED_ROWS_GRAPH = before
+
+
 class Linear(nn.Linear):
     """nn.Linear (same parameters, same state-dict keys) that takes the split path where choose_paths found
     it pays here."""
@@ -147,17 +163,22 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # All but the row count held when the choice was made; checked again because a module can be moved,
-        # cast, compiled or trained after it (each check is cheap and none reads a tensor's values). Compiling is
-        # asked first: a traced graph then never reads split_rows, so a choice made later (generate sampling
-        # between compiled training steps) does not invalidate the graph.
-        if not torch.compiler.is_compiling() and self.split_rows and x.device.type == "cpu" \
-                and x.dtype == torch.float32 and self.weight.dtype == torch.float32 \
-                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) \
-                and x.numel() // self.in_features in self.split_rows \
-                and torch.get_num_threads() == self.split_threads:
-            return split_rows_linear(x, self.weight, self.bias, self.split_threads)
+        # cast, compiled or trained after it (each check is cheap and none reads a tensor's values).
+        if self.split_rows and x.device.type == "cpu" and x.dtype == torch.float32 \
+                and self.weight.dtype == torch.float32 \
+                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
+            rows = x.numel() // self.in_features
+            if not torch.compiler.is_compiling():
+                if rows in self.split_rows and torch.get_num_threads() == self.split_threads:
+                    return split_rows_linear(x, self.weight, self.bias, self.split_threads)
+            elif _FIXED_ROWS_GRAPH and rows in self.split_rows:
+                # A graph of a fixed row count (generate's compiled step: fixed_rows_graph) takes the choice
+                # choose_paths made just before tracing, as one op with eager's numbers; one whose rows are
+                # symbolic (serving's) keeps F.linear, so the choice never specializes it to a row count. (The
+                # thread count cannot be read while tracing.)
+                return split_rows_op(x, self.weight, self.bias, self.split_threads)
         return F.linear(x, self.weight, self.bias)
 
 
-__all__ = ["MODES", "Linear", "mode", "path_table", "quantized_linear", "split_rows_for", "split_rows_linear",
-           "use_paths"]
+__all__ = ["MODES", "Linear", "fixed_rows_graph", "mode", "path_table", "quantized_linear", "split_rows_for",
+           "split_rows_linear", "use_paths"]

@@ -37,4 +37,19 @@ def split_rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return y.contiguous().view(*lead, out_features)
 
 
-__all__ = ["split_rows_linear"]
+# The same function as one opaque op inside a compiled graph, so a compiled decode step streams its weights as the
+# eager one does, with the eager one's numbers (SmolLM2 fp32 from its GGUF file, one row, 2-core EPYC: compiled
+# 66.7 tok/s with it, 35.5 on F.linear, eager 48).
+_LIBRARY = torch.library.Library("tformer", "FRAGMENT")
+_LIBRARY.define("split_rows_linear(Tensor x, Tensor weight, Tensor? bias, int parts) -> Tensor")
+_LIBRARY.impl("split_rows_linear", split_rows_linear, "CPU")
+
+
+@torch.library.register_fake("tformer::split_rows_linear")
+def _(x, weight, bias, parts: int):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+split_rows_op = torch.ops.tformer.split_rows_linear.default
+
+__all__ = ["split_rows_linear", "split_rows_op"]
