@@ -140,8 +140,8 @@ def tformer_speed(model, prompt: list[int], bos: int, compiled: bool, repeats: i
 
 def products_time(model) -> tuple[float, int]:
     """(seconds, weight bytes) of one decode step's weight products alone, at one row: each Linear's bare op
-    (F.linear on the fp32 weight or the widened blocks, or the int4 kernel on the packed blocks where the model is
-    on its bf16 kernel path, as decoding does) called in turn, the whole pass timed (median of 7): the part of a
+    (an fp32 Linear as the model calls it, split rows where choose_paths chose them; F.linear on the widened blocks;
+    the int4 kernel on the packed blocks where the model is on its bf16 kernel path; the block kernel) called in turn, the whole pass timed (median of 7): the part of a
     step no glue can remove."""
     import statistics
 
@@ -163,7 +163,7 @@ def products_time(model) -> tuple[float, int]:
                          (lambda m=m, x=x: F.linear(x.float(), m.dequantized())))
         elif isinstance(m, torch.nn.Linear):
             x = torch.randn(1, m.in_features)
-            calls.append(lambda m=m, x=x: F.linear(x, m.weight))
+            calls.append(lambda m=m, x=x: m(x))  # as decode calls it: the split-rows path where chosen
         else:
             continue
         nbytes += sum(b.numel() * b.element_size() for b in (*m.buffers(recurse=False), *m.parameters()))
