@@ -162,21 +162,24 @@ class Linear(nn.Linear):
         return cls(spec.d_in, spec.d_out, bias=spec.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # A graph of a fixed row count (generate's compiled step, run under fixed_rows_graph) takes the choice
+        # choose_paths made just before tracing, as one op with eager's numbers; any other graph (serving's, whose
+        # rows are symbolic; a compiled training step) never reads the choice, so it is neither specialized to a
+        # row count nor invalidated by a choice made later.
+        compiling = torch.compiler.is_compiling()
+        if compiling and not _FIXED_ROWS_GRAPH:
+            return F.linear(x, self.weight, self.bias)
         # All but the row count held when the choice was made; checked again because a module can be moved,
-        # cast, compiled or trained after it (each check is cheap and none reads a tensor's values).
+        # cast, compiled or trained after it (each check is cheap and none reads a tensor's values). The thread
+        # count cannot be read while tracing.
         if self.split_rows and x.device.type == "cpu" and x.dtype == torch.float32 \
                 and self.weight.dtype == torch.float32 \
-                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
-            rows = x.numel() // self.in_features
-            if not torch.compiler.is_compiling():
-                if rows in self.split_rows and torch.get_num_threads() == self.split_threads:
-                    return split_rows_linear(x, self.weight, self.bias, self.split_threads)
-            elif _FIXED_ROWS_GRAPH and rows in self.split_rows:
-                # A graph of a fixed row count (generate's compiled step: fixed_rows_graph) takes the choice
-                # choose_paths made just before tracing, as one op with eager's numbers; one whose rows are
-                # symbolic (serving's) keeps F.linear, so the choice never specializes it to a row count. (The
-                # thread count cannot be read while tracing.)
+                and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)) \
+                and x.numel() // self.in_features in self.split_rows:
+            if compiling:
                 return split_rows_op(x, self.weight, self.bias, self.split_threads)
+            if torch.get_num_threads() == self.split_threads:
+                return split_rows_linear(x, self.weight, self.bias, self.split_threads)
         return F.linear(x, self.weight, self.bias)
 
 
