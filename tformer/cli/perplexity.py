@@ -26,8 +26,9 @@ HELP = "Perplexity on a text with llama.cpp's protocol (chunks of --ctx tokens, 
 
 
 def add_arguments(parser) -> None:
-    # fp32 by default: scoring reads 512-token rows, where fp32 GEMM outruns the block kernel (SmolLM2 Q4_1 on a 2-core
-    # EPYC: pp512 636 against 336 tok/s) and is the file's exact values; --gguf-weights kernel scores llama.cpp's way
+    # fp32 by default: the file's exact values, and scoring reads 512-token rows, which are GEMM-bound rather than
+    # read-bound (on a 2-core EPYC fp32 scored SmolLM2 Q4_1 at 636 tokens/s, the block kernel at 336);
+    # --gguf-weights kernel scores it llama.cpp's way
     add_source_arguments(parser, runs=True, gguf_weights="dequantize")
     parser.add_argument("--data", default="wikitext2",
                         help="wikitext2 (default: its test split, the raw text llama-perplexity is run on) | "

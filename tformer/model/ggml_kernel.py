@@ -7,8 +7,8 @@ Its arithmetic, which tests/model/test_ggml_kernel.py checks against a float64 e
     the weight's offset (Q4_0's -8 d, Q4_1's min, a K-quant sub-block's min, Q6_K's -32 s) times d * sum(q).
 So W's values are exactly the file's (tformer.model.ggml_blocks decodes the same ones); x is rounded to 8 bits,
 as llama.cpp's CPU backend rounds it. Each output row comes out the same whatever the batch it is computed in
-and however many threads split the work (what reaches it from attention can still differ by an ulp between a
-served row and generate's: issue 48).
+and however many threads split the work; with attention row-exact beside it (tformer.model.attention.row_exact,
+whose C routine is attend() here), a served request gets the tokens generate gives.
 
 matmul() checks its operands and repacks the blocks on every call (tests, one-off products); a Linear repacks
 once and calls product(), which calls the C function directly in eager mode (a decode step makes ~200 calls) and

@@ -20,11 +20,12 @@ reference's. That is why a speed choice may never pick it: when it was chosen pe
 same prompt decoded alone (one row) and in a served batch (eight rows) took different arithmetic and answered
 differently (issue 45). The kernel's rows do not depend on each other, so with the kernel asked for, a served
 batch still computes what one row alone computes.
-``blocks`` (GGUF's block formats only; asked for: use_path(model, "blocks"), --gguf-weights kernel): tformer's
-block-quantized kernel (tformer.model.ggml_kernel) on the file's own block bytes (repacked once, kept beside the
-stored tensors as the non-persistent buffer ``repacked``), activations rounded per block of 32 to 8 bits as
-llama.cpp rounds them: llama.cpp's arithmetic, near the memory floor, and the same for a row whatever batch it is
-in (what reaches it from attention is not yet: issue 48).
+``blocks`` (GGUF's block formats only; use_path(model, "blocks"), which a GGUF file's --gguf-weights auto, the
+decoding commands' default, and kernel take): tformer's block-quantized kernel (tformer.model.ggml_kernel) on the
+file's own block bytes (repacked once, kept beside the stored tensors as the non-persistent buffer ``repacked``),
+activations rounded per block of 32 to 8 bits as llama.cpp rounds them: llama.cpp's arithmetic, near the memory
+floor, and the same for a row whatever batch it is in; the same call puts attention on row-exact attention, so
+what reaches the kernel does not depend on the batch either.
 """
 
 from __future__ import annotations
@@ -198,10 +199,15 @@ def use_path(model, path: str) -> int:
         m.path = path
     # The block kernel's rows do not depend on their batch; its attention layers follow, so that a row's numbers
     # never do (tformer.model.attention.row_exact: served equals generated under 8-bit rounding).
-    for m in model.modules():
-        if getattr(m, "row_exact_possible", False):
-            m.row_exact = path == "blocks" and bool(modules)
+    for m in _row_exact_layers(model):
+        m.row_exact = path == "blocks" and bool(modules)
     return len(modules)
+
+
+def _row_exact_layers(model) -> list:
+    """The attention layers that can run row-exact (MultiHeadAttention.row_exact_possible; read by attribute: the
+    attention package imports this one)."""
+    return [m for m in model.modules() if getattr(m, "row_exact_possible", False)]
 
 
 @contextlib.contextmanager
@@ -209,7 +215,7 @@ def quantized_path(model, path: str):
     """Every quantized Linear of ``model`` on ``path`` for the duration, then back to the path each had: how tests
     and benches compare the paths on one model."""
     before = {m: m.path for m in model.modules() if isinstance(m, QuantizedLinear)}
-    attention = {m: m.row_exact for m in model.modules() if getattr(m, "row_exact_possible", False)}
+    attention = {m: m.row_exact for m in _row_exact_layers(model)}
     use_path(model, path)
     try:
         yield model

@@ -23,6 +23,7 @@ typedef struct {
     int64_t qs[3], ks[3], vs[3], bs[3];
     int64_t causal;  // < 0: no causal limit; else query t sees keys j <= t + causal
     float scale;
+    atomic_int failed;  // a part could not get its scratch memory: the call raises MemoryError
 } attend_t;
 
 /* The dot product of D floats, and y += p x.  Every call for a given D runs the same instructions. */
@@ -84,9 +85,8 @@ static void attend_part(const void *ctx, int part, int parts) {
     int64_t D = a->D, group = a->H / a->Hkv;
     float *s = malloc(sizeof(float) * (size_t)(a->Tk + D));  // scores then weights, and the output's sum
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)a->Tk);   // the keys this query sees
-    if (!s || !idx) {  // cannot happen at these sizes short of exhaustion: leave NaN rather than crash
-        for (int64_t it = first; it < end; it++)
-            for (int64_t d = 0; d < D; d++) a->out[it * D + d] = NAN;
+    if (!s || !idx) {
+        atomic_store(&((attend_t *)a)->failed, 1);
         free(s); free(idx);
         return;
     }

@@ -517,7 +517,7 @@ static PyObject *py_attend(PyObject *self, PyObject *const *args, Py_ssize_t nar
     attend_t a = {(const float *)(intptr_t)v[0], (const float *)(intptr_t)v[1], (const float *)(intptr_t)v[2],
                   (const float *)(intptr_t)v[3], (float *)(intptr_t)v[4], v[5], v[6], v[7], v[8], v[9], v[10],
                   {v[11], v[12], v[13]}, {v[14], v[15], v[16]}, {v[17], v[18], v[19]}, {v[20], v[21], v[22]},
-                  v[23], (float)scale};
+                  v[23], (float)scale, 0};
     long long threads = v[24];
     if (a.B < 0 || a.H < 1 || a.Hkv < 1 || a.H % a.Hkv != 0 || a.Tq < 0 || a.Tk < 0 || a.D < 1 || threads < 1 ||
         threads > MAX_THREADS) {
@@ -534,6 +534,7 @@ static PyObject *py_attend(PyObject *self, PyObject *const *args, Py_ssize_t nar
     run_parallel(&job);
     pthread_mutex_unlock(&call_lock);
     Py_END_ALLOW_THREADS
+    if (atomic_load(&a.failed)) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
