@@ -33,6 +33,7 @@ import torch  # noqa: E402
 from tformer.core.config import ModelConfig  # noqa: E402
 from tformer.cost.ledger import Workload, ledger  # noqa: E402
 from tformer.cost.memory import vocabulary_bytes  # noqa: E402
+from tformer.data.batch import example_batch  # noqa: E402
 from tformer.measure.memory_peak import PeakTensorMemory  # noqa: E402
 from tformer.model import build  # noqa: E402
 from tformer.model.runners import runner_for  # noqa: E402
@@ -51,13 +52,12 @@ def bench_row(config, batch: int, seq: int, chunk: int, steps: int) -> dict:
     torch.manual_seed(0)
     model = build(config).train()
     runner = runner_for(model)
-    runner.chunk_loss(chunk)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
-    data = runner.example_batch(ids)
+    data = example_batch(config, ids)
 
     def step() -> float:
-        loss = runner.loss(data)
+        loss = runner.loss(data, chunk=chunk)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

@@ -11,6 +11,7 @@ from tformer.core.config import ModelConfig
 from tformer.cost.architecture import describe
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.recurrent import recurrent_params, recurrent_step_flops, sequential_steps, state_bytes
+from tformer.data.batch import example_batch
 from tformer.measure.flops import FlopCounter
 from tformer.model import build, runner_for
 
@@ -61,7 +62,7 @@ def test_matmul_flops_equal_flop_counter(cell, teaching):
 def test_training_matmul_flops_equal_flop_counter(cell):
     c = config(cell)
     runner = runner_for(build(c))
-    batch = runner.example_batch(torch.randint(0, 29, (2, 9)))
+    batch = example_batch(c, torch.randint(0, 29, (2, 9)))
     counted = _flops(lambda: runner.loss(batch).backward())
     assert ledger(c, Workload(phase="train", batch=2, seq=9)).flops["matmul"] == counted
 

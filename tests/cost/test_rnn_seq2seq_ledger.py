@@ -10,6 +10,7 @@ from tformer.cost.architecture import describe
 from tformer.cost.ledger import Workload, ledger
 from tformer.cost.recurrent import recurrent_params
 from tformer.cost.recurrent_attention import attention_keys_flops, attention_params, attention_step_flops
+from tformer.data.batch import example_batch
 from tformer.measure.flops import FlopCounter
 from tformer.model import build, runner_for
 
@@ -54,7 +55,7 @@ def test_matmul_flops_equal_flop_counter(kind, feeding, bidirectional, cell):
     model = build(c)
     runner = runner_for(model)
     src, tgt = torch.randint(0, 23, (3, 7)), torch.randint(0, 23, (3, 5))
-    batch = runner.example_batch(src, tgt)
+    batch = example_batch(model.config, src, tgt)
     with torch.no_grad():
         forward = _flops(lambda: runner.forward(batch))
     train = _flops(lambda: runner.loss(batch).backward())

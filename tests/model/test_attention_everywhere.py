@@ -11,6 +11,7 @@ import torch
 from tformer.core.attention_kinds import ATTN_KINDS
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
+from tformer.data.batch import example_batch
 from tformer.generate import generate
 from tformer.model import build, runner_for
 
@@ -35,7 +36,7 @@ def test_every_kind_trains(kind):
     model = build(_config(kind, arch)).train()
     runner = runner_for(model)
     ids = torch.randint(3, 37, (2, 23))
-    batch = runner.example_batch(ids)
+    batch = example_batch(model.config, ids)
     loss = runner.loss(batch)
     loss.backward()
     assert torch.isfinite(loss)

@@ -9,12 +9,13 @@ import torch.nn.functional as F
 from tformer.core.config import ModelConfig
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload, ledger
+from tformer.data.batch import Batch, example_batch
 from tformer.measure.flops import FlopCounter
 from tformer.measure.memory_peak import PeakTensorMemory
 from tformer.model import build
 from tformer.model.base import IGNORE_INDEX
 from tformer.model.chunked_loss import chunked_lm_loss
-from tformer.model.runners import Batch, runner_for
+from tformer.model.runners import runner_for
 
 TOL = 1e-5
 
@@ -39,9 +40,8 @@ def lm_batch(V=97, B=3, T=20):
 def step(model, batch, chunk, **loss_kw):
     """(loss, {name: gradient}) of one runner.loss + backward, the logits ``chunk`` rows at a time (0: whole)."""
     runner = runner_for(model)
-    runner.chunk_loss(chunk)
     model.zero_grad(set_to_none=True)
-    loss = runner.loss(batch, **loss_kw)
+    loss = runner.loss(batch, chunk=chunk, **loss_kw)
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
@@ -111,8 +111,9 @@ def test_evaluation_without_gradients_gives_the_same_loss():
     runner = runner_for(model)
     with torch.no_grad():
         plain = runner.loss(batch)
-        runner.chunk_loss(5)
-        chunked = runner.loss(batch)
+        chunked = runner.loss(batch, chunk=5)
+        scored = runner.scored(batch, chunk=5)  # evaluation's call: the same chunked loss, no answers counted
+    assert scored.loss.item() == chunked.item() and scored.rows == 0
     assert abs(chunked.item() - plain.item()) < TOL
 
 
@@ -121,12 +122,11 @@ def test_the_backward_recomputes_the_head_once_as_the_ledger_counts():
     matmul, 2 x rows x d x V, the ledger's recompute row."""
     model = tiny()
     runner, config = runner_for(model), model.config
-    batch = runner.example_batch(torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0)))
+    batch = example_batch(config, torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0)))
     measured = {}
     for chunk in (0, 7):
-        runner.chunk_loss(chunk)
         with FlopCounter() as fc:
-            runner.loss(batch).backward()
+            runner.loss(batch, chunk=chunk).backward()
         measured[chunk] = fc.get_total_flops()
     plain, chunked = (ledger(config, Workload(phase="train", batch=2, seq=16, loss_chunk=c)) for c in (0, 7))
     head = 2 * 2 * 16 * 32 * 97
@@ -159,13 +159,12 @@ def test_chunked_peak_is_far_below_the_plain_peak_on_a_large_vocabulary():
     log-probabilities and their gradient dominate a training step, and chunking leaves one chunk of them."""
     model = tiny(d_model=32, vocab_size=16384, max_positions=256, n_layers=1)
     runner = runner_for(model)
-    batch = runner.example_batch(torch.randint(0, 16384, (1, 256), generator=torch.Generator().manual_seed(0)))
+    batch = example_batch(model.config, torch.randint(0, 16384, (1, 256), generator=torch.Generator().manual_seed(0)))
     peaks = {}
     for chunk in (0, 32):
-        runner.chunk_loss(chunk)
         model.zero_grad(set_to_none=True)
         with PeakTensorMemory() as m:
-            runner.loss(batch).backward()
+            runner.loss(batch, chunk=chunk).backward()
         peaks[chunk] = m.peak
     logits = 256 * 16384 * 4
     assert peaks[0] >= 2 * logits
@@ -175,16 +174,16 @@ def test_chunked_peak_is_far_below_the_plain_peak_on_a_large_vocabulary():
 def test_what_cannot_be_chunked_is_refused_in_one_line():
     with pytest.raises(TformerError, match="decoder-only"):
         runner_for(build(ModelConfig(arch="encoder", n_layers=1, d_model=32, n_heads=4, d_ff=64, vocab_size=50,
-                                     max_positions=16))).chunk_loss(8)
+                                     max_positions=16))).check_chunk(8)
     with pytest.raises(TformerError, match="sequence-classification head"):
-        runner_for(tiny(task="sequence-classification", n_classes=2)).chunk_loss(8)
+        runner_for(tiny(task="sequence-classification", n_classes=2)).loss(lm_batch(), chunk=8)
     model = tiny()
     model.lm_head = torch.nn.Sequential(model.lm_head)
     with pytest.raises(TformerError, match="this head is a Sequential"):
-        runner_for(model).chunk_loss(8)
+        runner_for(model).check_chunk(8)
     with pytest.raises(TformerError, match="number of rows"):
-        runner_for(tiny()).chunk_loss(-1)
+        runner_for(tiny()).check_chunk(-1)
     with pytest.raises(TformerError, match="loss chunk"):
         chunked_lm_loss(torch.zeros(2, 4), torch.zeros(5, 4), torch.zeros(2, dtype=torch.long), 0)
     runner_for(build(ModelConfig(arch="encoder", n_layers=1, d_model=32, n_heads=4, d_ff=64, vocab_size=50,
-                                 max_positions=16))).chunk_loss(0)  # 0 is the plain path: every runner takes it
+                                 max_positions=16))).check_chunk(0)  # 0 is the plain path: every runner takes it

@@ -7,11 +7,12 @@ import torch
 from tformer.core.config import ARCH_RECORDS, ModelConfig
 from tformer.core.errors import TformerError
 from tformer.cost.ledger import Workload
+from tformer.data.batch import example_batch
 from tformer.generate import GenerationConfig, generate
 from tformer.measure.step import StepRunner
 from tformer.model import RecurrentLM, build, runner_for
-from tformer.model.runners import RecurrentRunner
 from tformer.model.compiled import check_compilable
+from tformer.model.runners import RecurrentRunner
 
 V = 37
 
@@ -115,7 +116,7 @@ def test_reorder_follows_the_rows_and_rewind_refuses():
 def test_loss_trains_every_parameter_and_compile_is_refused():
     m = model().train()
     runner = runner_for(m)
-    loss = runner.loss(runner.example_batch(torch.randint(0, V, (2, 7))))
+    loss = runner.loss(example_batch(m.config, torch.randint(0, V, (2, 7))))
     loss.backward()
     assert isinstance(m, RecurrentLM) and all(p.grad is not None for p in m.parameters())
     with pytest.raises(TformerError, match="recurrent model.*drop --compile"):

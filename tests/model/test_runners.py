@@ -10,6 +10,7 @@ import torch
 
 from tformer.core.config import ARCH_RECORDS, ModelConfig
 from tformer.core.errors import TformerError
+from tformer.data.batch import example_batch
 from tformer.model import build
 from tformer.model.records import runner_class
 from tformer.model.runners import (
@@ -187,19 +188,19 @@ def test_loss_equals_the_models_own(arch):
             got = runner.loss(Batch({"input_ids": ids[:, :-1]}, ids[:, 1:]))
             want = model(ids, labels=ids).loss
         elif runner.takes_source:
-            batch = runner.example_batch(ids, target)
+            batch = example_batch(model.config, ids, target)
             got = runner.loss(batch)
             want = model(ids, decoder_input_ids=target, labels=target).loss
         else:
             labels = torch.where(torch.rand(2, 8, generator=g) < 0.5, ids, -100)
-            got = runner.loss(Batch(runner.example_batch(ids).inputs, labels))
+            got = runner.loss(Batch(example_batch(model.config, ids).inputs, labels))
             want = model(ids, labels=labels).loss
     assert torch.allclose(got, want, atol=1e-5), (got, want)
 
 
 def test_loss_of_a_headless_encoder_needs_a_stand_in():
-    runner = runner_for(model_for("encoder", lm_head=False, pooler=True))
-    batch = runner.example_batch(torch.randint(1, 40, (2, 4)))
+    model = model_for("encoder", lm_head=False, pooler=True)
+    runner, batch = runner_for(model), example_batch(model.config, torch.randint(1, 40, (2, 4)))
     with pytest.raises(TformerError, match="no LM head"):
         runner.loss(batch)
     loss = runner.loss(batch, stand_in=True)

@@ -85,29 +85,29 @@ def test_runner_loss_and_accuracy_counts(task, targets):
     model = _model(task=task)
     runner = runner_for(model)
     ids = torch.randint(1, 23, (3, 4), generator=torch.Generator().manual_seed(1))
-    counts: list = []
-    loss = runner.loss(Batch({"input_ids": ids}, targets), accuracy_counts=counts)
+    scored = runner.scored(Batch({"input_ids": ids}, targets))
+    loss = runner.loss(Batch({"input_ids": ids}, targets))
     with torch.no_grad():
         out = model(ids)
     if task == "question-answering":
         hit = (out.start_logits.argmax(-1) == targets[:, 0]) & (out.end_logits.argmax(-1) == targets[:, 1])
         expected = [int(hit.sum()), 3]
     else:
-        scored = targets != -100
-        expected = [int(((out.logits.argmax(-1) == targets) & scored).sum()), int(scored.sum())]
-    assert counts == [expected] and expected[1] == (9 if task == "token-classification" else 3)
-    assert loss.ndim == 0 and loss.item() > 0
+        kept = targets != -100
+        expected = [int(((out.logits.argmax(-1) == targets) & kept).sum()), int(kept.sum())]
+    assert [scored.right, scored.rows] == expected and expected[1] == (9 if task == "token-classification" else 3)
+    assert loss.ndim == 0 and loss.item() > 0 and scored.loss.item() == loss.item()
 
 
 def test_regression_counts_no_accuracy_and_scores_mse():  # no right answers to count: the loop then shows no accuracy
     model = _model(n_classes=1)
     targets = torch.tensor([0.5, -1.0])
     ids = torch.randint(1, 23, (2, 4), generator=torch.Generator().manual_seed(2))
-    counts: list = []
-    loss = runner_for(model).loss(Batch({"input_ids": ids}, targets), accuracy_counts=counts)
+    scored = runner_for(model).scored(Batch({"input_ids": ids}, targets))
+    loss = scored.loss
     with torch.no_grad():
         expected = ((model(ids).logits.squeeze(-1) - targets) ** 2).mean()
-    assert counts == [] and loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert scored.rows == 0 and loss.item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 def _one_line_error(call, words):

@@ -18,7 +18,7 @@ from tformer.core.errors import TformerError
 from tformer.model import build, runner_for
 from tformer.model.base import IGNORE_INDEX
 from tformer.model.blocks import Stack
-from tformer.model.runner_base import Batch, Runner
+from tformer.model.runner_base import Batch, Runner, Scored
 
 STUDENT_ARCHS = ("decoder", "encoder", "encoder-decoder", "vit")  # the Stack-built models with per-stack layer counts
 
@@ -122,10 +122,10 @@ class DistillRunner(Runner):
     def forward(self, batch: Batch, module=None):
         return self.student.forward(batch, module)
 
-    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
+    def _score(self, batch: Batch, module, label_smoothing, autocast, stand_in, chunk, count) -> Scored:
+        self.check_chunk(chunk)
         if not (self.model.training and torch.is_grad_enabled()):
-            return self.student.loss(batch, module, label_smoothing, autocast, stand_in, accuracy_counts)
+            return self.student._score(batch, module, label_smoothing, autocast, stand_in, chunk, count)
         teacher_model = self.teacher.model
         if next(teacher_model.parameters()).device != batch.targets.device:
             teacher_model.to(batch.targets.device)
@@ -133,4 +133,4 @@ class DistillRunner(Runner):
             student_logits = self.student.forward(batch, module).logits
             with torch.no_grad():
                 teacher_logits = self.teacher.forward(batch).logits
-        return distillation_loss(student_logits, teacher_logits, batch.targets, self.alpha, self.temperature)
+        return Scored(distillation_loss(student_logits, teacher_logits, batch.targets, self.alpha, self.temperature))

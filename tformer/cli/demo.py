@@ -20,6 +20,7 @@ def run(args) -> int:
     import torch
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.data.batch import example_batch
     from tformer.model import build, runner_for
 
     config = preset(args.preset).with_overrides(args.set)
@@ -29,7 +30,7 @@ def run(args) -> int:
     torch.manual_seed(0)
     ids = torch.randint(0, config.vocab_size, (args.batch, args.seq))
     runner = runner_for(model)
-    batch = runner.example_batch(ids, ids)
+    batch = example_batch(config, ids, ids)
     start = time.perf_counter()
     with torch.no_grad():
         out = runner.forward(batch)

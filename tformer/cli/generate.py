@@ -180,12 +180,13 @@ def warm_up(model) -> None:
     import torch  # deferred, with the runner: the CLI starts without torch
 
     # deferred: loaded only when this command runs, so `tformer --help` and the cost commands stay fast
+    from tformer.data.batch import example_batch
     from tformer.model.runners import runner_for
 
     runner = runner_for(model)
     with torch.no_grad():
         ids = torch.zeros(1, 1, dtype=torch.long, device=runner.device)
-        runner.forward(runner.example_batch(ids, ids))
+        runner.forward(example_batch(model.config, ids, ids))
 
 
 def run(args) -> int:

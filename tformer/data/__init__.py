@@ -1,7 +1,7 @@
 """Data: corpora and weights fetched from package registries (pinned, cached), tokenizers, token
 streams, batches.
 
-Modules: corpora (named and local corpora, splits), tokenizers (char, BPE, GPT-2, WordPiece),
+Modules: batch (the Batch a runner's loss reads, and example_batch: one of the right shape for timing), corpora (named and local corpora, splits), tokenizers (char, BPE, GPT-2, WordPiece),
 stream (memory-mapped token streams, random and resumable batches), prepare (corpus + tokenizer
 -> cached streams), seq2seq (copy/reverse tasks, translation batches), mlm (BERT masking),
 recall (the long-range recall task: a key-value pair queried k tokens later),
@@ -17,6 +17,7 @@ _LAZY = {
     "Corpus": ("corpora", "Corpus"), "dataset_names": ("corpora", "dataset_names"),
     "get_corpus": ("corpora", "get_corpus"), "is_cached": ("corpora", "is_cached"),
     "mask_tokens": ("mlm", "mask_tokens"),
+    "Batch": ("batch", "Batch"), "example_batch": ("batch", "example_batch"),
     "PackageFetchError": ("packages", "PackageFetchError"), "fetch_package": ("packages", "fetch_package"),
     "RecallTask": ("recall", "RecallTask"), "recall_batch": ("recall", "recall_batch"),
     "PairBatcher": ("seq2seq", "PairBatcher"), "Seq2SeqBatch": ("seq2seq", "Seq2SeqBatch"),

@@ -15,6 +15,7 @@ from tformer.core.errors import TformerError
 from tformer.cost.attention import costed_kind
 from tformer.cost.ledger import ledger
 from tformer.cost.roofline import roofline
+from tformer.data.batch import example_batch
 from tformer.model import build
 from tformer.model.path_choice import choose_paths
 from tformer.model.runners import runner_for
@@ -56,7 +57,7 @@ class StepRunner:
         ids = torch.randint(0, V, (w.batch, w.seq), generator=gen).to(device)
         seq_dec = w.seq_decoder or w.seq
         dec_ids = torch.randint(0, V, (w.batch, seq_dec), generator=gen).to(device)
-        self.batch = self.runner.example_batch(ids, dec_ids)
+        self.batch = example_batch(config, ids, dec_ids)
         # What the decoder reads, and the source a seq2seq model's encoder reads besides.
         self.source = ids if self.runner.takes_source else None
         self.target = dec_ids if self.runner.takes_source else ids

@@ -1,6 +1,7 @@
-"""The runner's base: the batch record a training source gives, the cache record generation keeps (with the row
-operations beam search and serving apply to it), and the Runner every architecture's runner extends
-(tformer.model.runners maps each architecture to its runner)."""
+"""The runner's base: the cache record generation keeps (with the row operations beam search and serving apply to it)
+and the Runner every architecture's runner extends (tformer.model.runners maps each architecture to its runner).
+A runner reads batches (tformer.data.batch) and scores them; it keeps the loss, prefill and step, nothing of
+training's own (batches for timing live with the data, the chunked loss is asked for per call)."""
 
 from __future__ import annotations
 
@@ -13,31 +14,19 @@ import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
 from tformer.cost.architecture import describe
+from tformer.data.batch import Batch
 from tformer.model.base import IGNORE_INDEX, TransformerModel
 from tformer.model.cache import KVCache
 from tformer.model.masks import positions_from_mask  # noqa: F401 -- re-exported: runners and generate name it here
 
 
 @dataclass
-class Batch:
-    """One batch as the training sources produce it."""
+class Scored:
+    """A batch's loss, and the right answers where the runner counts them (its ``accuracy_metric``)."""
 
-    inputs: dict[str, torch.Tensor]  # keyword arguments of the model's forward
-    targets: torch.Tensor  # (B, T) token ids; -100 = not scored
-    pair_targets: torch.Tensor | None = None  # (B,) NSP / SOP class of each row (the pair head's target)
-
-    def shard(self, rank: int, world: int) -> Batch:
-        """This rank's rows of a global batch (rows are split evenly, in order)."""
-        if world == 1:
-            return self
-        rows = self.targets.shape[0] // world
-        part = slice(rank * rows, (rank + 1) * rows)
-        pair = self.pair_targets[part] if self.pair_targets is not None else None
-        return Batch({k: v[part] for k, v in self.inputs.items()}, self.targets[part], pair)
-
-    def to(self, device) -> Batch:
-        pair = self.pair_targets.to(device) if self.pair_targets is not None else None
-        return Batch({k: v.to(device) for k, v in self.inputs.items()}, self.targets.to(device), pair)
+    loss: torch.Tensor
+    right: int = 0
+    rows: int = 0  # rows whose answers were counted; 0: none (a language model's loss counts none)
 
 
 @dataclass
@@ -127,7 +116,7 @@ class Runner:
     # then preallocated and each step runs its graph; None: eager.
     compiled = None
 
-    accuracy_metric = "pair_accuracy"  # what loss(accuracy_counts=) counts: NSP/SOP answers; "accuracy": top classes
+    accuracy_metric = "pair_accuracy"  # what scored() counts: NSP/SOP answers; "accuracy": the top classes
 
     @property
     def device(self) -> torch.device:
@@ -144,22 +133,8 @@ class Runner:
         the ledger's architecture description says (BERT's pooler under the masked-token loss)."""
         return describe(self.config).loss_skips
 
-    # Training and plain forward passes ---------------------------------------------------------
-    loss_chunk = 0  # rows of logits the LM loss forms at a time (set by chunk_loss); 0: all at once
-
-    def chunk_loss(self, rows: int) -> None:
-        """From now on, form the LM loss's (rows, vocabulary) logits ``rows`` rows at a time, forward and backward
-        (tformer.model.chunked_loss: the same loss and gradients in a fraction of the memory); 0: all at once.
-        Only a runner whose loss reads a plain LM head offers it (DecoderRunner); the others refuse in one line."""
-        if rows:
-            task = f", with a {self.config.task} head" if getattr(self.config, "task", "") else ""
-            raise TformerError(f"--loss-chunk applies to a decoder-only language model's next-token loss; this one is "
-                               f"{self.label}{task}, trained by {type(self).__name__}'s own loss; drop --loss-chunk")
-
-    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
-        """The batch a training source would give for these (B, T) token ids, each predicting
-        itself (for timing and tests, not learning). ``decoder_ids``: a seq2seq model's target."""
-        return Batch({"input_ids": ids}, ids)
+    # The loss and plain forward passes --------------------------------------------------------
+    chunks_loss = False  # whether loss(chunk=) applies: a plain LM head's next-token loss (DecoderRunner)
 
     def forward(self, batch: Batch, module=None):
         """The model's output on ``batch`` (ModelOutput). ``module``: the model wrapped for training
@@ -167,7 +142,7 @@ class Runner:
         return (module if module is not None else self.model)(**batch.inputs)
 
     def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
+             stand_in: bool = False, chunk: int = 0) -> torch.Tensor:
         """Mean cross-entropy (nats) of the logits against ``batch.targets`` over scored positions; with
         ``batch.pair_targets`` (NSP / SOP) plus the pair head's mean cross-entropy, as BertForPreTraining's
         total loss.
@@ -175,8 +150,30 @@ class Runner:
         autocast: a context entered around the forward pass only; the loss is computed in fp32.
         stand_in: a model with no head (an encoder without lm_head) scores nothing; return the sum
         of its outputs instead, so a backward pass can still be run and timed.
-        accuracy_counts: a list to which [correct, rows] of the predictions ``accuracy_metric`` names is appended.
+        chunk: form an LM head's (rows, vocabulary) logits ``chunk`` rows at a time, forward and backward
+        (tformer.model.chunked_loss: the same loss and gradients in a fraction of the memory; ``chunks_loss``
+        runners only); 0: all at once.
         """
+        return self._score(batch, module, label_smoothing, autocast, stand_in, chunk, count=False).loss
+
+    def scored(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
+               chunk: int = 0) -> Scored:
+        """The loss as ``loss`` gives it, with the right answers of the predictions ``accuracy_metric`` names
+        (evaluation: a pair head's, a classifier's)."""
+        return self._score(batch, module, label_smoothing, autocast, False, chunk, count=True)
+
+    def check_chunk(self, chunk: int) -> None:
+        """Refuse in one line a ``chunk`` this runner's loss cannot take (a trainer asks before its first step)."""
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+            raise TformerError(f"--loss-chunk is a number of rows (0: the whole logits at once), got {chunk!r}")
+        if chunk and not self.chunks_loss:
+            task = f", with a {self.config.task} head" if getattr(self.config, "task", "") else ""
+            raise TformerError(f"--loss-chunk applies to a decoder-only language model's next-token loss; this one is "
+                               f"{self.label}{task}, trained by {type(self).__name__}'s own loss; drop --loss-chunk")
+
+    def _score(self, batch: Batch, module, label_smoothing, autocast, stand_in, chunk, count) -> Scored:
+        """The loss (and with ``count`` the right answers): what a runner with a loss of its own overrides."""
+        self.check_chunk(chunk)
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
         logits = out.logits
@@ -185,20 +182,22 @@ class Runner:
                 raise TformerError("this model has no LM head, so there is nothing to score; "
                                    "build it with lm_head=true to train it")
             t = out.pooler_output if out.pooler_output is not None else out.last_hidden_state
-            return t.float().sum()
+            return Scored(t.float().sum())
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch.targets.reshape(-1),
                                ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
-        if self.accuracy_metric == "accuracy" and accuracy_counts is not None:
-            accuracy_counts.append([int((logits.argmax(-1) == batch.targets).sum()), len(batch.targets)])
+        scored = Scored(loss)
+        if self.accuracy_metric == "accuracy" and count:
+            scored = Scored(loss, int((logits.argmax(-1) == batch.targets).sum()), len(batch.targets))
         if batch.pair_targets is None:
-            return loss
+            return scored
         if out.pair_logits is None:
             raise TformerError("this batch has sentence-pair labels but the model has no pair head; "
                                "build it with pooler=true and pair_head=true")
         pair = out.pair_logits.float()
-        if accuracy_counts is not None:
-            accuracy_counts.append([int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets)])
-        return loss + F.cross_entropy(pair, batch.pair_targets)
+        loss = loss + F.cross_entropy(pair, batch.pair_targets)
+        if count:
+            return Scored(loss, int((pair.argmax(-1) == batch.pair_targets).sum()), len(batch.pair_targets))
+        return Scored(loss)
 
     # Generation: only the runners of models with a decoder implement these ----------------------
     def _no_decoder(self):

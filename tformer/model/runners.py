@@ -41,7 +41,7 @@ from tformer.model.chunked_loss import autocast_dtype, chunked_lm_loss, lm_head_
 from tformer.model.clip import contrastive_loss
 from tformer.model.records import runner_class
 from tformer.model.rnn import select_state
-from tformer.model.runner_base import Batch, Cache, Runner, positions_from_mask
+from tformer.model.runner_base import Batch, Cache, Runner, Scored, positions_from_mask
 from tformer.model.task_heads import TaskRunner
 
 
@@ -114,24 +114,25 @@ class DecoderRunner(Runner):
             return DecoderCache(rows, self.compiled.new_kv(rows, max_len, kv))
         return DecoderCache(rows, self.model.new_cache(reserve=max_len) if kv else None)
 
-    def chunk_loss(self, rows: int) -> None:
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
-            raise TformerError(f"--loss-chunk is a number of rows (0: the whole logits at once), got {rows!r}")
-        if rows:
-            lm_head_parts(self.model)  # a head it cannot chunk is refused now, not at the first step
-        self.loss_chunk = rows
+    chunks_loss = True
 
-    def loss(self, batch, module=None, label_smoothing=0.0, autocast=None, stand_in=False, accuracy_counts=None):
-        if not self.loss_chunk:
-            return super().loss(batch, module, label_smoothing, autocast, stand_in, accuracy_counts)
+    def check_chunk(self, chunk: int) -> None:
+        super().check_chunk(chunk)
+        if chunk:
+            lm_head_parts(self.model)  # a head it cannot chunk is refused up front, not at the first step
+
+    def _score(self, batch, module, label_smoothing, autocast, stand_in, chunk, count) -> Scored:
+        if not chunk:
+            return super()._score(batch, module, label_smoothing, autocast, stand_in, chunk, count)
+        self.check_chunk(chunk)
         # The model stops at the final hidden states (B, T, d); the head runs inside the loss, a chunk of rows at a
         # time, in the dtype autocast would have given it.
         with autocast if autocast is not None else contextlib.nullcontext():
             h = (module if module is not None else self.model)(**batch.inputs, skip_head=True).last_hidden_state
             dtype = autocast_dtype(h.device)
         weight, bias, softcap = lm_head_parts(self.model)
-        return chunked_lm_loss(h, weight, batch.targets, self.loss_chunk, bias, label_smoothing=label_smoothing,
-                               softcap=softcap, compute_dtype=dtype)
+        return Scored(chunked_lm_loss(h, weight, batch.targets, chunk, bias, label_smoothing=label_smoothing,
+                                      softcap=softcap, compute_dtype=dtype))
 
     def _run(self, cache: DecoderCache, ids, mask=None, all_logits=False):
         positions = None if mask is None or cache.kv is not None else positions_from_mask(mask)
@@ -169,10 +170,6 @@ class DecoderRunner(Runner):
 class EncoderDecoderRunner(Runner):
     """Encoder-decoder (the 2017 paper, BART, T5): the source is encoded once at prefill; the
     decoder reads the encoder's output (memory) at every step."""
-
-    def example_batch(self, ids, decoder_ids=None) -> Batch:
-        target = decoder_ids if decoder_ids is not None else ids
-        return Batch({"input_ids": ids, "decoder_input_ids": target}, target)
 
     def new_cache(self, rows, max_len=None, kv=True) -> Seq2SeqCache:
         if self.compiled is not None:
@@ -362,36 +359,17 @@ class ImageClassifierRunner(Runner):
     """arch='vit': batches of images (``pixel_values`` (B, C, H, W)) with one class each (targets (B,))."""
     accuracy_metric = "accuracy"
 
-    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
-        """Random images, one per row of ``ids`` (their length is ignored: an image is n = HW/P^2 + 1 tokens)."""
-        c = self.config
-        g = torch.Generator().manual_seed(0)
-        pixels = torch.randn(ids.shape[0], c.num_channels, c.image_size, c.image_size, generator=g)
-        labels = torch.randint(0, max(c.n_classes, 1), (ids.shape[0],), generator=g)
-        return Batch({"pixel_values": pixels.to(ids.device)}, labels.to(ids.device))
-
 
 class ContrastiveRunner(Runner):
     """arch='clip': batches of N image-text pairs (``pixel_values``, ``input_ids``, ``attention_mask``); text i
     describes image i, so the targets are 0..N-1 both ways."""
 
-    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
-        """Random images beside ``ids`` as their texts, each text ending in the end token."""
-        c = self.config
-        g = torch.Generator().manual_seed(0)
-        pixels = torch.randn(ids.shape[0], c.num_channels, c.image_size, c.image_size, generator=g)
-        texts = ids.clone()
-        if c.eos_token_id is not None:
-            texts[:, -1] = c.eos_token_id
-        return Batch({"pixel_values": pixels.to(ids.device), "input_ids": texts},
-                     torch.arange(ids.shape[0], device=ids.device))
-
-    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
+    def _score(self, batch, module, label_smoothing, autocast, stand_in, chunk, count) -> Scored:
         """The symmetric contrastive loss over the batch's N x N similarity; label_smoothing applies both ways."""
+        self.check_chunk(chunk)
         with autocast if autocast is not None else contextlib.nullcontext():
             out = self.forward(batch, module)
-        return contrastive_loss(out.logits_per_text, label_smoothing)
+        return Scored(contrastive_loss(out.logits_per_text, label_smoothing))
 
 
 def runner_for(model) -> Runner:
@@ -417,6 +395,7 @@ __all__ = [
     "RecurrentSeq2SeqCache",
     "RecurrentSeq2SeqRunner",
     "Runner",
+    "Scored",
     "Seq2SeqCache",
     "positions_from_mask",
     "runner_for",

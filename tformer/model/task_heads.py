@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from tformer.core.errors import TformerError
 from tformer.model.base import IGNORE_INDEX
-from tformer.model.runner_base import Batch, Runner
+from tformer.model.runner_base import Batch, Runner, Scored
 
 
 def pool(h: torch.Tensor, pooling: str, attention_mask: torch.Tensor | None, input_ids: torch.Tensor | None,
@@ -115,22 +115,10 @@ class TaskRunner(Runner):
     def objective(self) -> str:
         return self.config.task
 
-    def example_batch(self, ids: torch.Tensor, decoder_ids: torch.Tensor | None = None) -> Batch:
-        """Labels of the task's shape for these (B, T) ids (for timing and tests, not learning)."""
-        c, (B, T) = self.config, ids.shape
-        g = torch.Generator().manual_seed(0)
-        if c.task == "question-answering":
-            targets = torch.randint(0, T, (B, 2), generator=g)
-        elif c.n_classes == 1:
-            targets = torch.randn(B, generator=g)
-        else:
-            targets = torch.randint(0, c.n_classes, (B, T) if c.task == "token-classification" else (B,), generator=g)
-        return Batch({"input_ids": ids}, targets.to(ids.device))
-
-    def loss(self, batch: Batch, module=None, label_smoothing: float = 0.0, autocast=None,
-             stand_in: bool = False, accuracy_counts: list | None = None) -> torch.Tensor:
-        """The head's loss on ``batch`` (the model computes it, as HF's heads do); ``accuracy_counts`` gets
-        [correct, scored] of the top class (answers: both start and end right)."""
+    def _score(self, batch: Batch, module, label_smoothing, autocast, stand_in, chunk, count) -> Scored:
+        """The head's loss on ``batch`` (the model computes it, as HF's heads do); with ``count`` the right answers
+        of the top class (answers: both start and end right)."""
+        self.check_chunk(chunk)
         if label_smoothing:
             raise TformerError("label smoothing is for token prediction; a task head's loss takes none (drop it)")
         t = batch.targets
@@ -138,10 +126,10 @@ class TaskRunner(Runner):
             else {"labels": t}
         with autocast if autocast is not None else contextlib.nullcontext():
             out = (module if module is not None else self.model)(**batch.inputs, **extra)
-        if accuracy_counts is not None and not (self.config.task == "sequence-classification"
-                                                and self.config.n_classes == 1):  # regression: no right answers
-            accuracy_counts.append(self.correct(out, t))
-        return out.loss.float()
+        if count and not (self.config.task == "sequence-classification"
+                          and self.config.n_classes == 1):  # regression: no right answers
+            return Scored(out.loss.float(), *self.correct(out, t))
+        return Scored(out.loss.float())
 
     def correct(self, out, targets: torch.Tensor) -> list[int]:
         """[correct, scored] of the predictions in ``out`` against ``targets`` (a classifier's, or an answer's)."""

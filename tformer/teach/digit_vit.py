@@ -18,9 +18,10 @@ import torch
 
 from tformer.core.config import ModelConfig, preset
 from tformer.core.errors import TformerError
+from tformer.data.batch import Batch
 from tformer.data.images import DIGIT_NAMES, ImageSet, digits, split
 from tformer.model import build
-from tformer.model.runners import Batch, runner_for
+from tformer.model.runners import runner_for
 from tformer.teach.rollout import cls_map
 
 STEPS = 800  # measured on a shared 2-core CPU at one thread: about 13 s, ~95% held out

@@ -18,9 +18,10 @@ from tformer.core.errors import TformerError
 from tformer.core.files import read_json
 from tformer.core.peft import PeftSpec
 from tformer.data.authorship import labelled_data
+from tformer.data.batch import Batch
+from tformer.data.gguf_models import PACKAGED_GGUF
 from tformer.data.labelled import LabelledText
 from tformer.data.tokenizers import WordPieceTokenizer
-from tformer.data.gguf_models import PACKAGED_GGUF
 from tformer.data.weights import CHECKPOINTS, checkpoint_dir
 from tformer.interop.checkpoint import find_tokenizer, model_dir, read_state_dict
 from tformer.interop.config import load_config
@@ -31,7 +32,7 @@ from tformer.interop.gguf_tokenizer import tokenizer_from_gguf
 from tformer.interop.hf_config import is_hf_config
 from tformer.model import build
 from tformer.model.base import IGNORE_INDEX
-from tformer.model.runners import Batch, runner_for
+from tformer.model.runners import runner_for
 from tformer.train.setup import _load_pretrained
 from tformer.train.sources import _Sampled
 
@@ -215,13 +216,13 @@ def held_out_scores(model, source: TextClassificationSource, split: str = "test"
     runner = runner_for(model)
     was_training = model.training
     model.eval()
-    total, count, right = 0.0, 0, []
+    total, count, correct, scored = 0.0, 0, 0, 0
     for batch in source.split_batches(split, batches, rows):
-        loss = runner.loss(batch, accuracy_counts=right)
+        score = runner.scored(batch)
         n = int((batch.targets != IGNORE_INDEX).sum())
-        total, count = total + loss.item() * n, count + n
+        total, count = total + score.loss.item() * n, count + n
+        correct, scored = correct + score.right, scored + score.rows
     model.train(was_training)
-    correct, scored = sum(c for c, _ in right), sum(r for _, r in right)
     return {"split": split, "rows": scored, "loss": total / max(count, 1), "accuracy": correct / max(scored, 1)}
 
 

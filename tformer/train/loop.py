@@ -22,7 +22,7 @@ from tformer.core.atomic import existing_dir
 from tformer.core.errors import TformerError
 from tformer.model.base import IGNORE_INDEX
 from tformer.model.blocks import Block
-from tformer.model.runners import runner_for
+from tformer.model.runners import Scored, runner_for
 from tformer.train import distributed as dist_util
 from tformer.train import fsdp
 from tformer.train.checkpoint import load_checkpoint, save_checkpoint, save_weights
@@ -112,8 +112,7 @@ class Trainer:
         if args.loss_chunk and args.fsdp and self.world.size > 1:
             # The chunked loss reads the head's whole weight outside the forward; FSDP holds only a shard of it there.
             raise TformerError("--loss-chunk reads the LM head's whole weight, which --fsdp shards; use one or the other")
-        if args.loss_chunk:
-            self.runner.chunk_loss(args.loss_chunk)
+        self.runner.check_chunk(args.loss_chunk)  # a loss that cannot take it is refused before the first step
         self.precision = _resolve_precision(args.precision, self.device, log)
         if args.activation_checkpointing:
             enable_activation_checkpointing(self.model)
@@ -144,14 +143,15 @@ class Trainer:
         self.stop_signal: int | None = None
 
     # -- one step ------------------------------------------------------------------------
-    def _loss(self, module, batch, accuracy_counts: list | None = None) -> tuple[torch.Tensor, int]:
-        """(mean loss, scored tokens) of ``batch``, run through ``module`` (the model, or its DDP or
-        compiled wrapper). accuracy_counts: see Runner.loss."""
+    def _scored(self, module, batch, count: bool = False) -> tuple[Scored, int]:
+        """(the runner's score, scored tokens) of ``batch``, run through ``module`` (the model, or its DDP or
+        compiled wrapper); with ``count`` the score holds the right answers (Runner.scored)."""
         batch = batch.to(self.device)
         autocast = torch.autocast(self.device.type, dtype=self.precision, enabled=self.precision != torch.float32)
-        loss = self.runner.loss(batch, module=module, label_smoothing=self.args.label_smoothing, autocast=autocast,
-                                accuracy_counts=accuracy_counts)
-        return loss, int((batch.targets != IGNORE_INDEX).sum())
+        how = dict(module=module, label_smoothing=self.args.label_smoothing, autocast=autocast,
+                   chunk=self.args.loss_chunk)
+        scored = self.runner.scored(batch, **how) if count else Scored(self.runner.loss(batch, **how))
+        return scored, int((batch.targets != IGNORE_INDEX).sum())
 
     def train_step(self) -> float:
         self.train_model.train()
@@ -166,7 +166,7 @@ class Trainer:
             else:
                 sync = contextlib.nullcontext() if last or self.world.size == 1 else self.train_model.no_sync()
             with sync:
-                loss, _ = self._loss(self.train_model, batch)
+                loss = self._scored(self.train_model, batch)[0].loss
                 scaled = loss / self.args.grad_accum
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             total_loss += loss.detach() / self.args.grad_accum
@@ -186,18 +186,19 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         self.model.eval()
-        total, count, right = 0.0, 0, []
+        total, count, right, rows = 0.0, 0, 0, 0
         for batch in self.source.eval_batches(self.args.eval_batches, self.micro_rows):
             batch = batch.shard(self.world.rank, self.world.size)
-            loss, n = self._loss(self.model, batch, right)
-            total += loss.item() * n
+            scored, n = self._scored(self.model, batch, count=True)
+            total += scored.loss.item() * n
             count += n
+            right, rows = right + scored.right, rows + scored.rows
         total, count = dist_util.sum_pair(total, count, self.device)
         # The share of right answers over the validation rows, beside the loss (None where the runner counts none)
         self.val_accuracy = None
-        if right:
-            correct, rows = dist_util.sum_pair(sum(c for c, _ in right), sum(r for _, r in right), self.device)
-            self.val_accuracy = correct / max(rows, 1)
+        right, rows = dist_util.sum_pair(right, rows, self.device)
+        if rows:
+            self.val_accuracy = right / rows
         return total / max(count, 1)
 
     # -- the run ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from tformer.core.atomic import atomic_write_text
 from tformer.core.config import ModelConfig
+from tformer.data.batch import example_batch
 from tformer.model import build
 from tformer.model.runners import runner_for
 from tformer.train import distributed as dist_util
@@ -110,7 +111,7 @@ class Replica:
         self.model.train()
         self.runner = runner_for(self.model)
         gen = torch.Generator().manual_seed(1000 + rank)  # each replica its own data
-        self.batch = self.runner.example_batch(torch.randint(0, config.vocab_size, (batch, seq), generator=gen))
+        self.batch = example_batch(config, torch.randint(0, config.vocab_size, (batch, seq), generator=gen))
         self.hooked: dict = {"bytes": {}, "calls": {}}
         self.train = self.model
         if layout is not None:

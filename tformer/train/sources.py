@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from tformer.core.errors import TformerError
+from tformer.data.batch import Batch  # what a runner's loss reads: model inputs + targets
 from tformer.data.pairs import check_pair_stream, pair_batch
 from tformer.data.seq2seq import collate
 from tformer.model.base import IGNORE_INDEX
-from tformer.model.runners import Batch  # what a runner's loss reads: model inputs + targets
 
 EVAL_SEED = 1234567  # fixed: every evaluation sees the same validation batches
 
