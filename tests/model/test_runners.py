@@ -17,7 +17,7 @@ from tformer.model.runners import (
     Batch,
     DecoderRunner,
     EncoderDecoderRunner,
-    EncoderRunner,
+    Runner,
     runner_for,
 )
 
@@ -208,7 +208,7 @@ def test_loss_of_a_headless_encoder_needs_a_stand_in():
     assert all(p.grad is not None for p in runner.model.encoder.parameters())
 
 
-@pytest.mark.parametrize("arch,cls", [("decoder", DecoderRunner), ("encoder", EncoderRunner),
+@pytest.mark.parametrize("arch,cls", [("decoder", DecoderRunner), ("encoder", Runner),
                                       ("encoder-decoder", EncoderDecoderRunner)])
 def test_runner_for_each_architecture(arch, cls):
     runner = runner_for(model_for(arch))

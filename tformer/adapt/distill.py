@@ -113,11 +113,14 @@ class DistillRunner(Runner):
         distillation_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, dtype=torch.long), alpha, temperature)
         self.student, self.teacher = runner_for(student), runner_for(teacher.eval().requires_grad_(False))
         self.alpha, self.temperature = alpha, temperature
-        self.accuracy_metric = self.student.accuracy_metric
 
     @property
     def loss_skips(self) -> tuple[str, ...]:
         return self.student.loss_skips
+
+    @property
+    def accuracy_metric(self) -> str:
+        return self.student.accuracy_metric
 
     def forward(self, batch: Batch, module=None):
         return self.student.forward(batch, module)

@@ -131,7 +131,7 @@ RECORDS = (
                fields=frozenset({"type_vocab_size", "pooler", "lm_head", "embed_dim", "share_layers",
                                  "pair_head"}) | _TASK_FIELDS,
                describer=_DESCRIBE + "describe_encoder", model="tformer.model.encoder:EncoderModel",
-               runner=_RUN + "EncoderRunner"),
+               runner=_RUN + "Runner"),
     ArchRecord(name="encoder-decoder", encoder=True, decoder=True, objective="seq2seq",
                label="an encoder-decoder model", phases=_DECODING, compared_phases=("train", "prefill", "decode"),
                fields=frozenset({"n_decoder_layers"}),
@@ -154,7 +154,7 @@ RECORDS = (
                label="a vision Transformer (it reads images, not text)", phases=("forward", "train"),
                compared_phases=("train", "forward"), images=True, fields=_IMAGE_FIELDS | {"n_classes", "patch_bias"},
                describer=_DESCRIBE + "describe_vit", model="tformer.model.vit:ViTModel",
-               runner=_RUN + "ImageClassifierRunner"),
+               runner=_RUN + "Runner"),
     # Radford et al. 2021: a ViT and a causal text Transformer, each projected into one embedding space.
     # The text tower reads the shared fields (d_model, n_layers, ...); the vision tower the vision_* ones.
     ArchRecord(name="clip", encoder=True, decoder=False, objective="contrastive",

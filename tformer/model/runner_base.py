@@ -85,7 +85,8 @@ class Cache:
 
 
 class Runner:
-    """Training and profiling for every architecture; the generating ones add prefill and step."""
+    """Training and profiling for every architecture, and the whole runner of those that neither generate nor train
+    by a loss of their own (an encoder, an image classifier); the generating ones add prefill and step."""
 
     def __init__(self, model: TransformerModel):
         self.model, self.config = model, model.config
@@ -116,7 +117,10 @@ class Runner:
     # then preallocated and each step runs its graph; None: eager.
     compiled = None
 
-    accuracy_metric = "pair_accuracy"  # what scored() counts: NSP/SOP answers; "accuracy": the top classes
+    @property
+    def accuracy_metric(self) -> str:
+        """What scored() counts: an image classifier's top class ("accuracy"), else NSP / SOP answers."""
+        return "accuracy" if self.objective == "image-classification" else "pair_accuracy"
 
     @property
     def device(self) -> torch.device:

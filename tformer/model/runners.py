@@ -100,11 +100,6 @@ class Seq2SeqCache(Cache):
             self.kv.clear_cross()
 
 
-class EncoderRunner(Runner):
-    """Encoder-only (BERT): masked-token training and forward passes; it does not generate."""
-
-
-
 class DecoderRunner(Runner):
     """Decoder-only (GPT-2, LLaMA): the prompt is the decoder's own prefix, left-padded in a batch
     so every row's next token sits in the last column."""
@@ -355,11 +350,6 @@ class RecurrentSeq2SeqRunner(EncoderDecoderRunner):
         return self._run(cache, cache.ids)  # no state kept: the whole target again
 
 
-class ImageClassifierRunner(Runner):
-    """arch='vit': batches of images (``pixel_values`` (B, C, H, W)) with one class each (targets (B,))."""
-    accuracy_metric = "accuracy"
-
-
 class ContrastiveRunner(Runner):
     """arch='clip': batches of N image-text pairs (``pixel_values``, ``input_ids``, ``attention_mask``); text i
     describes image i, so the targets are 0..N-1 both ways."""
@@ -388,8 +378,6 @@ __all__ = [
     "DecoderCache",
     "DecoderRunner",
     "EncoderDecoderRunner",
-    "EncoderRunner",
-    "ImageClassifierRunner",
     "RecurrentCache",
     "RecurrentRunner",
     "RecurrentSeq2SeqCache",
