@@ -48,15 +48,13 @@ from pathlib import Path
 import torch
 
 from tformer.core.errors import TformerError
-from tformer.cost.ledger import Workload, ledger
-from tformer.cost.roofline import roofline
 from tformer.data.corpora import get_corpus
 from tformer.generate import generate
 from tformer.interop.gguf_config import resolve_gguf
 from tformer.interop.gguf_model import load_gguf
 from tformer.machine import cpu_info
 from tformer.measure.perplexity import perplexity
-from tformer.measure.step import framework_overhead
+from tformer.measure.step_prediction import predict_decode_step
 from tformer.model import ggml_kernel
 from tformer.model.quantized import QuantizedLinear, use_path
 
@@ -189,22 +187,6 @@ def measured_device():
     return device, note
 
 
-def step_prediction(config, device, compiled: bool, context: int = 64) -> dict:
-    """The ledger's step on the measured roofline: weight products at the measured GEMV rate (a kept layout at the
-    block kernel's), the rest at its measured kernels, plus a fixed cost per ledger op: compiled, the bare per-call
-    cost of the profile; eager, the framework's glue per op measured now on the model's skeleton (its layers at
-    8-wide heads, fp32: tformer.measure.step.framework_overhead)."""
-    work = Workload(phase="decode", batch=1, seq=context + 1, context=context)
-    lg = ledger(config, work)
-    read = sum(op.bytes_read for op in lg.ops)
-    per_op, how = device.call_overhead_s, "the profile's per-call cost"
-    if not compiled:
-        plain = config.replace(quantize="none", quantize_layers=None, quantize_head="none")
-        per_op, how = framework_overhead(plain, work, "cpu", device)
-    return {"bytes_read": read, "weight_bytes": lg.memory["weights"], "per_op_s": per_op, "per_op_how": how,
-            "predicted_step_s": roofline(lg, replace(device, call_overhead_s=per_op)).time_s}
-
-
 # The parts of the record each --skip name leaves out; a later run that skips them keeps the filed ones (dated).
 PARTS = {"speed": ("llama.cpp", "read_bandwidth", "profile", "tformer"), "ppl": ("perplexity",),
          "export": ("tformer_gguf_in_llama_cpp",)}
@@ -296,7 +278,7 @@ def main(argv=None) -> int:
             except Exception as exc:  # a compile failure is a figure too: say it and go on
                 rows[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 continue
-            pred = step_prediction(model.config, device, how == "compiled")
+            pred = predict_decode_step(model.config, device, compiled=how == "compiled").to_dict()
             with threads_for(fmt, threads):
                 products, nbytes = products_time(model)
             rows[mode].update(pred, roofline_tg128=bw / pred["bytes_read"], products_s=products,

@@ -63,6 +63,29 @@ def test_the_section_holds_the_ledger_the_chat_the_maps_and_the_perplexity(built
     assert [r[0] for r in table.rows] == [*labels[:3], "the file: Q4_1 layers, Q8_0 head", *labels[3:]]
 
 
+def test_the_eager_step_is_explained_in_named_terms(built):
+    """The measured eager step beside the ledger's, split into weight products, other ops and a fixed cost per
+    ledger op (the framework glue timed on the model's skeleton): fp32, and the file's blocks on the kernel."""
+    from tformer.model import ggml_kernel
+
+    ctx, sec = built
+    steps = ctx.data["real_model"]["steps"]
+    rows = {r["weights"].split(" (")[0]: r for r in steps["rows"]}
+    fp32 = rows["fp32"]
+    assert fp32["measured_step_s"] == pytest.approx(1 / ctx.data["real_model"]["decode_tokens_per_s"])
+    for r in steps["rows"]:
+        terms = r["predicted_products_s"] + r["predicted_others_s"] + r["predicted_fixed_s"]
+        assert r["predicted_step_s"] == pytest.approx(terms) and r["predicted_fixed_s"] > 0
+        assert r["predicted_fixed_s"] == pytest.approx(r["ops"] * r["per_op_s"])
+    if ggml_kernel.available():
+        kernel = rows["Q4_1 layers, Q8_0 head"]
+        # the file's blocks read about a fifth of fp32's bytes; the ops and their glue are the same
+        assert 4.5 < fp32["bytes_read"] / kernel["bytes_read"] < 6.4 and kernel["ops"] == fp32["ops"]
+        assert kernel["predicted_products_s"] < fp32["predicted_products_s"]
+    table = [b for b in sec.blocks if isinstance(b, Table) and "fixed cost" in b.headers]
+    assert len(table) == 1 and len(table[0].rows) == len(steps["rows"])
+
+
 def test_it_renders_into_every_format(built, tmp_path):
     ctx, sec = built
     out = tmp_path / "report"

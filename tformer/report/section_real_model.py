@@ -5,9 +5,11 @@ roofline, a chat exchange (SmolLM2) or a greedy continuation (Gemma 3 is a base 
 its first and last layer on a real sentence, and its perplexity on WikiText-2; beside llama.cpp's figures from the
 latest bench/llamacpp.py record filed for this CPU and model.
 
-What runs while the report is made (about 15 s for SmolLM2, 40 s for Gemma 3 on 2 cores): the file loaded as every
-running command loads it by default (widened to fp32: the kept blocks give the same numbers, more slowly), one greedy
-reply (its decode timed), one forward for the maps and two 512-token perplexity chunks.
+What runs while the report is made (about 20 s for SmolLM2, 50 s for Gemma 3 on 2 cores): the file loaded widened to
+fp32 (its exact values), one greedy reply (its decode timed), one forward for the maps and two 512-token perplexity
+chunks; then the eager step explained: the model's skeleton timed for the framework's glue per ledger op, and, where
+the block kernel is built, the file loaded again on it (the decoding commands' default) and its decode timed, each
+row beside the ledger's step in named terms (tformer.measure.step_prediction).
 --no-real-model skips it.
 """
 
@@ -108,11 +110,48 @@ def measure(ctx) -> dict:
     ids = tok.encode(get_corpus("wikitext2").text("test")[:20_000])
     bos = tok.bos_id if getattr(tok, "add_bos", False) else None  # llama-perplexity's BOS per chunk (Gemma)
     ppl = perplexity(model, [bos, *ids] if bos is not None else ids, ctx=512, bos_id=bos, max_chunks=PPL_CHUNKS)
-    return {"real": real, "model": model, "tokenizer": tok, "file_formats": file_formats, "load_s": loaded,
-            "reply": reply, "finish": finish,
+    steps = _explained_steps(ctx, real, model, prompt, run.decode_tokens_per_s)
+    return {"steps": steps, "real": real, "model": model, "tokenizer": tok, "file_formats": file_formats,
+            "load_s": loaded, "reply": reply, "finish": finish,
             "maps": maps, "decode_tokens_per_s": run.decode_tokens_per_s,
             "prefill_tokens_per_s": run.prefill_tokens_per_s, "prompt_tokens": len(prompt),
             "perplexity": ppl.perplexity, "ppl_chunks": ppl.chunks, "seconds": time.perf_counter() - started}
+
+
+def _explained_steps(ctx, real: RealModel, model, prompt: list[int], fp32_rate: float) -> dict:
+    """The eager decode step, measured and predicted in named terms (tformer.measure.step_prediction), in fp32 and,
+    where the block kernel is built, on the file's own blocks (the decoding commands' default), timed last: loading
+    the file for the kernel gives the kernel torch's threads, which are handed back after."""
+    import torch
+
+    # deferred, with the section's other loaders
+    from tformer.generate import generate
+    from tformer.interop.gguf_model import load_gguf
+    from tformer.measure.step_prediction import predict_decode_step
+    from tformer.model import ggml_kernel
+
+    out: dict = {"rows": []}
+    try:
+        fp32 = predict_decode_step(model.config, ctx.measured, compiled=False)
+    except (ValueError, TformerError) as exc:  # no measured roofs: nothing to predict on
+        return {"skip": str(exc), "rows": []}
+    out["per_op_how"] = fp32.how
+    out["rows"].append({"weights": "fp32 (dequantized)", "measured_step_s": 1 / fp32_rate, **fp32.to_dict()})
+    if not ggml_kernel.available():
+        out["kernel"] = ggml_kernel.unavailable_reason()
+        return out
+    ctx.say("timing its decode on the block kernel")
+    threads = torch.get_num_threads()
+    try:
+        kept = load_gguf(real.name, weights="kernel")
+        rate = generate(kept, [prompt], max_new_tokens=REPLY_TOKENS, stop_tokens=[]).decode_tokens_per_s
+        # the same framework glue per op as the fp32 row: the skeleton is fp32 whatever the weights' format
+        kernel = predict_decode_step(kept.config, ctx.measured, compiled=False, glue=(fp32.per_op_s, fp32.how))
+        out["rows"].append({"weights": f"{real.file_label.removeprefix('the file: ')} (block kernel)",
+                            "measured_step_s": 1 / rate, **kernel.to_dict()})
+    finally:
+        torch.set_num_threads(threads)
+    return out
 
 
 def format_rows(config, device, file_label: str, own: dict) -> list[dict]:
@@ -151,6 +190,34 @@ def _bench(ctx, data: dict, real: RealModel) -> list[str]:
         return [f"The llama.cpp record ({source}) is malformed ({type(exc).__name__}); rerun `{real.command}`."]
     data["bench"] = {"source": source, "llama.cpp": lc, "tformer": ours, "perplexity": ppl}
     return lines
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def _explain_steps(sec: Section, steps: dict, data: dict) -> None:
+    """The measured eager step beside the ledger's, in its three terms (tformer.measure.step_prediction)."""
+    data["steps"] = steps
+    if not steps["rows"]:
+        sec.text(f"No predicted step: {steps.get('skip', 'not measured')}.")
+        return
+    sec.table(["weights", "measured step", "weight products", "other ops", "fixed cost", "predicted step",
+               "predicted / measured"],
+              [[r["weights"], _ms(r["measured_step_s"]), _ms(r["predicted_products_s"]),
+                _ms(r["predicted_others_s"]),
+                f"{_ms(r['predicted_fixed_s'])} ({r['ops']} ops x {r['per_op_s'] * 1e6:.1f} µs)",
+                _ms(r["predicted_step_s"]), f"{r['predicted_step_s'] / r['measured_step_s']:.2f}"]
+               for r in steps["rows"]],
+              caption=f"One eager decode step at context {CONTEXT}, batch 1, measured here and predicted by the "
+                      "ledger in three terms: the weight products at the rate this machine's profile measured for "
+                      "their layout (fp32 GEMV, or the block kernel on the file's own blocks), every other op at its "
+                      "measured kernel or stream rate, and a fixed cost per ledger op: the framework's glue "
+                      "(Python, module calls, the dispatcher, views), measured on the model's skeleton")
+    sec.text(f"The fixed cost is the term the roofline alone leaves out: {steps['per_op_how']}. It is most of a "
+             "small model's eager step; a compiled step pays the profile's bare per-call cost instead (`python "
+             "bench/llamacpp.py` predicts and measures the compiled rows beside llama.cpp)."
+             + (f" The block kernel is not built here ({steps['kernel']})." if steps.get("kernel") else ""))
 
 
 def _vocabulary_line(config) -> tuple[str, dict]:
@@ -200,14 +267,9 @@ def build(ctx) -> Section:
                       "token costs to read and compute, the roofline's step on this machine's measured roofs, and "
                       "the tokens/s reading alone would allow")
     measured = run["decode_tokens_per_s"]
-    predicted = 1 / fp32_row["predicted_step_s"] if fp32_row["predicted_step_s"] else None
-    sec.text(f"Measured here: **{fmt.num(measured, 3)} tokens/s** decoding in fp32 (eager, batch 1), against the "
-             f"ledger's {fmt.num(predicted, 3)} tokens/s and the read bound's "
-             f"{fmt.num(fp32_row['read_bound_tokens_per_s'], 3)}: the eager step adds Python and dispatch around "
-             "every one of its few hundred ops, which the roofline prices only per ledger op. The file's own blocks "
-             "read less per token (its row above): the block kernel multiplies them as they are, at the rate "
-             "`tformer bench` measures for each block layout, which the ledger reads for that row where this "
-             "machine's profile holds it.")
+    sec.text(f"Measured here: **{fmt.num(measured, 3)} tokens/s** decoding in fp32 (eager, batch 1; the read bound "
+             f"allows {fmt.num(fp32_row['read_bound_tokens_per_s'], 3)}).")
+    _explain_steps(sec, run.get("steps") or {"skip": "not measured", "rows": []}, data)
     for line in _bench(ctx, data, real):
         sec.text(line)
     speaker = real.title.split("-")[0].split(" ")[0]
