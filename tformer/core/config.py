@@ -130,6 +130,7 @@ class ModelConfig:
     activation: str = "gelu"
     gated_mlp: bool = False  # act(gate(x)) * up(x): SwiGLU when activation is silu
     bias: bool = True  # biases in the linear layers
+    qkv_bias: bool | None = None  # biases on the query, key and value projections alone (Qwen2); None: as ``bias``
 
     tied_embeddings: bool = True  # LM head shares the token embedding matrix
     scale_embeddings: bool = False  # token embeddings * sqrt(d_model) (2017 paper)
@@ -239,6 +240,11 @@ class ModelConfig:
         return self.traits.decoder
 
     # Validation --------------------------------------------------------------------
+    @property
+    def qkv_has_bias(self) -> bool:
+        """Whether the query, key and value projections carry biases (qkv_bias, else the one ``bias`` switch)."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
     def validate(self) -> None:
         def choice(name: str, options: tuple[str, ...]) -> None:
             _choice(name, getattr(self, name), options)
@@ -256,6 +262,8 @@ class ModelConfig:
             _whole("d_hidden", self.d_hidden, low=1)
         if self.rnn_attention is not None:
             choice("rnn_attention", RNN_ATTENTIONS)
+        if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
+            raise TformerError(f"qkv_bias must be true, false or null (as bias), got {self.qkv_bias!r}")
         if self.rnn_input_feeding is not None and not isinstance(self.rnn_input_feeding, bool):
             raise TformerError(f"rnn_input_feeding must be true or false, got {self.rnn_input_feeding!r}")
         attention = self.rnn_attention or "bahdanau"

@@ -186,9 +186,9 @@ def _attention(c, path: str, norm_path: str, cross: bool) -> Attention:
     sandwich = c.norm_placement == "sandwich"
     return Attention(
         path, _norm(c, norm_path),
-        q=Linear(f"{path}.q_proj", "qkv_proj", d, H * dh, c.bias),
-        k=Linear(f"{path}.k_proj", "qkv_proj", d, Hkv * dh, c.bias),
-        v=Linear(f"{path}.v_proj", "qkv_proj", d, Hkv * dh, c.bias),
+        q=Linear(f"{path}.q_proj", "qkv_proj", d, H * dh, c.qkv_has_bias),
+        k=Linear(f"{path}.k_proj", "qkv_proj", d, Hkv * dh, c.qkv_has_bias),
+        v=Linear(f"{path}.v_proj", "qkv_proj", d, Hkv * dh, c.qkv_has_bias),
         o=Linear(f"{path}.o_proj", "out_proj", H * dh, d, c.bias),
         heads=H, kv_heads=Hkv, head_dim=dh, cross=cross, rope=c.position == "rope" and not cross,
         kind_weights=() if cross else _kind_weights(c, f"{path}.attend"),

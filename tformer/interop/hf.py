@@ -89,6 +89,25 @@ def _llama_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
 
 
+def _qwen_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+    """LLaMA's names; Qwen2's q, k and v carry biases (qkv_bias), Qwen3's q_norm and k_norm sit in self_attn."""
+    rules = [Rule(f"{p}embed_tokens.weight", ("tok_embed.weight",))]
+    for i in range(c.n_layers):
+        h, o = f"{p}layers.{i}", f"decoder.layers.{i}"
+        rules += _norm(f"{h}.input_layernorm", f"{o}.attn_norm", c)
+        for x in "qkv":
+            rules += _linear(f"{h}.self_attn.{x}_proj", f"{o}.attn.{x}_proj", c.qkv_has_bias)
+        rules += _linear(f"{h}.self_attn.o_proj", f"{o}.attn.o_proj", c.bias)
+        if c.qk_norm:
+            rules += _norm(f"{h}.self_attn.q_norm", f"{o}.attn.q_norm", c)
+            rules += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", c)
+        rules += _norm(f"{h}.post_attention_layernorm", f"{o}.mlp_norm", c)
+        for x in ("gate", "up", "down"):
+            rules += _linear(f"{h}.mlp.{x}_proj", f"{o}.mlp.{x}", c.bias)
+    rules += _norm(f"{p}norm", "decoder.final_norm", c)
+    return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
+
+
 def _bart_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     rules = [Rule(f"{p}shared.weight", ("tok_embed.weight",))]
     aliases = [Alias(f"{p}{s}.embed_tokens.weight", f"{p}shared.weight") for s in ("encoder", "decoder")]
@@ -136,16 +155,19 @@ def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     return rules, aliases + head_aliases
 
 
-FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, hf_gemma.MODEL_TYPE: hf_gemma.rules,
+FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, "qwen2": _qwen_rules,
+            "qwen3": _qwen_rules, hf_gemma.MODEL_TYPE: hf_gemma.rules,
             "bart": _bart_rules, "t5": _t5_rules, **ENCODER_FAMILIES, **VISION_RULES}
 # The outer prefix HF's task classes put around the body (GPT2LMHeadModel -> "transformer.", ...);
 # bare base-model files (GPT2Model, BertModel, BartModel) have none.
-BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", hf_gemma.MODEL_TYPE: "model.",
+BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "qwen2": "model.", "qwen3": "model.",
+               hf_gemma.MODEL_TYPE: "model.",
                "bart": "model.",
                "t5": "", **ENCODER_PREFIX, **VISION_PREFIX}
 # The embedding the head is tied to, named without prefix: used to spot an untied head in a file.
 _EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.weight", "lm_head.weight"),
-              "mistral": ("embed_tokens.weight", "lm_head.weight"),
+              "mistral": ("embed_tokens.weight", "lm_head.weight"), "qwen2": ("embed_tokens.weight", "lm_head.weight"),
+              "qwen3": ("embed_tokens.weight", "lm_head.weight"),
               hf_gemma.MODEL_TYPE: ("embed_tokens.weight", "lm_head.weight"),
               "bart": ("shared.weight", "lm_head.weight"), "t5": ("shared.weight", "lm_head.weight"),
               **ENCODER_EMBEDDING}

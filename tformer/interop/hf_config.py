@@ -25,7 +25,7 @@ from tformer.interop import hf_gemma
 from tformer.interop.hf_heads import head_config_out, head_fields, head_from_file
 from tformer.interop.hf_vision import VISION_FROM_WEIGHTS, VISION_HF_FAMILIES, VISION_READERS, VISION_WRITERS
 
-SUPPORTED = ("gpt2", "llama", "mistral", hf_gemma.MODEL_TYPE, "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
+SUPPORTED = ("gpt2", "llama", "mistral", "qwen2", "qwen3", hf_gemma.MODEL_TYPE, "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
 
 # Training-only settings: they never change eval outputs, so a value HF cannot hold is warned
 # about rather than refused.
@@ -171,6 +171,20 @@ def _llama(d: dict) -> dict:
     )
 
 
+def _qwen(d: dict) -> dict:
+    """Qwen2 / Qwen2.5 (biases on q, k and v alone) and Qwen3 (no biases; an RMSNorm over each head's query and key
+    before RoPE): LLaMA's layers otherwise. Their files name a window that is off unless use_sliding_window is set."""
+    mt = d["model_type"]
+    if d.get("use_sliding_window"):
+        _refuse(mt, "use_sliding_window=true (Qwen's windows on the upper layers only)")
+    if mt == "qwen3" and d.get("attention_bias"):
+        _refuse(mt, "attention_bias=true (biases on q, k, v and o without the MLP's)")
+    fields = _llama({**d, "sliding_window": None, "attention_bias": False, "mlp_bias": False})
+    if mt == "qwen2":
+        return fields | dict(qkv_bias=True)
+    return fields | dict(qk_norm=True)
+
+
 def _bert(d: dict) -> dict:
     if d.get("position_embedding_type", "absolute") != "absolute":
         _refuse("bert", f"position_embedding_type='{d['position_embedding_type']}'")
@@ -303,7 +317,8 @@ def _albert(d: dict) -> dict:
     )
 
 
-_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, hf_gemma.MODEL_TYPE: lambda d: hf_gemma.read(d, _rope),
+_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _qwen, "qwen3": _qwen,
+            hf_gemma.MODEL_TYPE: lambda d: hf_gemma.read(d, _rope),
             "bert": _bert, "bart": _bart, "t5": _t5,
             "roberta": _roberta, "distilbert": _distilbert, "albert": _albert, **VISION_READERS}
 
@@ -320,6 +335,8 @@ HF_FAMILIES: dict[str, tuple[tuple[dict[str, Any], str, str], ...]] = {
     "decoder": (({"position": "learned", "norm": "layernorm"}, "gpt2", "GPT2LMHeadModel"),
                 hf_gemma.FAMILY,
                 ({"position": "rope", "norm": "rmsnorm", "attn_impl": "sliding"}, "mistral", "MistralForCausalLM"),
+                ({"position": "rope", "norm": "rmsnorm", "qk_norm": True}, "qwen3", "Qwen3ForCausalLM"),
+                ({"position": "rope", "norm": "rmsnorm", "qkv_bias": True}, "qwen2", "Qwen2ForCausalLM"),
                 ({"position": "rope", "norm": "rmsnorm"}, "llama", "LlamaForCausalLM")),
     "encoder": (({"embed_dim": _is_set, "pair_head": True}, "albert", "AlbertForPreTraining"),
                 ({"embed_dim": _is_set, "lm_head": True}, "albert", "AlbertForMaskedLM"),
@@ -351,7 +368,7 @@ def hf_family(config: ModelConfig) -> tuple[str, str]:
     raise TformerError(
         f"no Hugging Face family matches this {config.arch} with position='{config.position}' and "
         f"norm='{config.norm}'; save_hf writes GPT-2 (learned+layernorm decoder), LLaMA (rope+rmsnorm decoder), "
-        "Mistral (LLaMA with attn_impl='sliding'), Gemma 3 (rope + rmsnorm_offset, sandwich norms, qk_norm), "
+        "Mistral (LLaMA with attn_impl='sliding'), Qwen2 (LLaMA with qkv_bias), Qwen3 (LLaMA with qk_norm), Gemma 3 (rope + rmsnorm_offset, sandwich norms, qk_norm), "
         "BERT (encoder), BART (learned encoder-decoder), T5 (relative encoder-decoder), ViT or CLIP"
     )
 
@@ -418,6 +435,13 @@ def _mistral_out(c: ModelConfig) -> dict:
     return {**out, "sliding_window": c.attn_window}
 
 
+def _qwen_out(c: ModelConfig) -> dict:
+    # Qwen has no bias switches: Qwen2 always biases q, k and v, Qwen3 never (attention_bias stays false); a model
+    # that differs fails the read-back.
+    out = {k: v for k, v in _llama_out(c).items() if k not in ("attention_bias", "mlp_bias")}
+    return {**out, "use_sliding_window": False, "sliding_window": None}
+
+
 def _roberta_out(c: ModelConfig) -> dict:
     return _bert_out(c) | dict(max_position_embeddings=c.max_positions + c.position_offset)
 
@@ -434,7 +458,7 @@ def _albert_out(c: ModelConfig) -> dict:
                                inner_group_num=1)
 
 
-_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out,
+_WRITERS = {"gpt2": _gpt2_out, "llama": _llama_out, "mistral": _mistral_out, "qwen2": _qwen_out, "qwen3": _qwen_out,
             hf_gemma.MODEL_TYPE: lambda c: hf_gemma.write(c, _rope_out, _ACTIVATION_OUT), "bert": _bert_out,
             "bart": _bart_out,
             "t5": _t5_out, "roberta": _roberta_out, "distilbert": _distilbert_out, "albert": _albert_out,
@@ -455,6 +479,8 @@ _FROM_WEIGHTS = {
     "bart": lambda back, c: back.replace(final_logits_bias=c.final_logits_bias),
     "llama": _same_rope,
     "mistral": _same_rope,
+    "qwen2": _same_rope,
+    "qwen3": _same_rope,
     hf_gemma.MODEL_TYPE: _same_rope,
     **VISION_FROM_WEIGHTS,
 }

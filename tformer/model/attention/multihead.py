@@ -39,9 +39,10 @@ class MultiHeadAttention(nn.Module):
         if spec is not None:
             self.q_proj, self.k_proj, self.v_proj, self.o_proj = map(Linear.described, spec.linears())
         else:
-            self.q_proj = Linear(d, self.n_heads * self.head_dim, bias=config.bias)
-            self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
-            self.v_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=config.bias)
+            qkv_bias = config.qkv_has_bias
+            self.q_proj = Linear(d, self.n_heads * self.head_dim, bias=qkv_bias)
+            self.k_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=qkv_bias)
+            self.v_proj = Linear(d, self.n_kv_heads * self.head_dim, bias=qkv_bias)
             self.o_proj = Linear(self.n_heads * self.head_dim, d, bias=config.bias)
         # Per-head norms of q and k (Gemma 3): over head_dim, one weight shared by every head.
         self.q_norm = make_norm(config, spec.q_norm.d) if spec is not None and spec.q_norm else None
