@@ -162,6 +162,65 @@ LLAMA = GgufFamily(
 
 
 # ---------------------------------------------------------------------------------------------
+# qwen2 (Qwen2, Qwen2.5) and qwen3: LLaMA's layers, rotated by halves (llama.cpp's NEOX RoPE: no Q/K permutation);
+# qwen2 adds biases to q, k and v, qwen3 a per-head RMSNorm of q and k and a head_dim of its own
+
+
+def _swiglu_refusal(config) -> str | None:
+    if not (config.gated_mlp and config.activation == "silu"):
+        return (f"llama.cpp's {'qwen3' if config.qk_norm else 'qwen2'} computes a SwiGLU MLP (silu, gated); this one "
+                f"is activation='{config.activation}', gated_mlp={config.gated_mlp}")
+    if config.rope_scaling != "none":
+        return f"RoPE scaling '{config.rope_scaling}' is not written yet (plain RoPE only)"
+    return None
+
+
+def _qwen2_refusal(config) -> str | None:
+    if config.bias:
+        return "biases on o and the MLP (bias=True): Qwen2 has them on q, k and v alone (qkv_bias=True, bias=False)"
+    if config.qk_norm:
+        return "q/k norms with q/k/v biases: qwen2 has no norms there, qwen3 no biases"
+    return _swiglu_refusal(config)
+
+
+def _qwen3_refusal(config) -> str | None:
+    if config.bias or config.qkv_has_bias:
+        return "biases (bias or qkv_bias): Qwen3's layers have none"
+    return _swiglu_refusal(config)
+
+
+def _qwen3_metadata(config) -> list[tuple[str, object, str]]:
+    """LLaMA's keys; the head width always written (Qwen3's is usually not d_model / heads)."""
+    out = [m for m in _llama_metadata(config) if not m[0].startswith("attention.key_length")
+           and not m[0].startswith("attention.value_length")]
+    return out + [("attention.key_length", config.head_dim, "u32"), ("attention.value_length", config.head_dim, "u32")]
+
+
+_FFN_NORM = _t("ffn_norm.weight", "mlp_norm.weight", "post_attention_layernorm.weight")
+_QKV_BIASES = tuple(_t(f"attn_{x}.bias", f"attn.{x}_proj.bias", f"self_attn.{x}_proj.bias") for x in "qkv")
+
+QWEN2 = GgufFamily(
+    name="qwen2", hf_model_type="qwen2", hidden_act="silu", reads=True, writes=True,
+    first=(_EMBED,),
+    layer=(_ATTN_NORM, _Q, _QKV_BIASES[0], _K, _QKV_BIASES[1], _V, _QKV_BIASES[2], _O, _FFN_NORM, _GATE, _UP, _DOWN),
+    last=(_FINAL_NORM,),
+    match=(("position", "rope"), ("norm", "rmsnorm"), ("qkv_bias", True)),
+    summary="LLaMA's layers with biases on q, k and v (qkv_bias=True)",
+    refusal=_qwen2_refusal, metadata=_llama_metadata)
+
+QWEN3 = GgufFamily(
+    name="qwen3", hf_model_type="qwen3", hidden_act="silu", reads=True, writes=True,
+    first=(_EMBED,),
+    layer=(_ATTN_NORM, _Q, _t("attn_q_norm.weight", "attn.q_norm.weight", "self_attn.q_norm.weight"),
+           _K, _t("attn_k_norm.weight", "attn.k_norm.weight", "self_attn.k_norm.weight"), _V, _O, _FFN_NORM,
+           _GATE, _UP, _DOWN),
+    last=(_FINAL_NORM,),
+    match=(("position", "rope"), ("norm", "rmsnorm"), ("qk_norm", True)),
+    summary="LLaMA's layers with an RMSNorm of each head's q and k (qk_norm=True), no biases",
+    refusal=_qwen3_refusal, metadata=_qwen3_metadata)
+
+
+# ---------------------------------------------------------------------------------------------
 # gemma3 (read only): q/k norms, a norm before and after each sublayer (llama.cpp's "ffn_norm" is the one before the
 # MLP), no Q/K permutation (its converter leaves Gemma's half-split rotation alone), norms stored as 1 + w
 
@@ -232,7 +291,8 @@ GPT2 = GgufFamily(
     notes=_gpt2_notes)
 
 
-FAMILIES = (LLAMA, GEMMA3, GPT2)
+# The writer files a config under the first family whose match it has: the narrower qwen3 / qwen2 before llama.
+FAMILIES = (QWEN3, QWEN2, LLAMA, GEMMA3, GPT2)
 _BY_NAME = {f.name: f for f in FAMILIES}
 READS = tuple(f.name for f in FAMILIES if f.reads)  # general.architecture values tformer reads
 WRITES = tuple(f.name for f in FAMILIES if f.writes)  # and writes
@@ -271,5 +331,6 @@ def family_for_config(config) -> GgufFamily:
     raise export_refusal(config, f"{have} is neither {wanted}")
 
 
-__all__ = ["EXPORTS", "FAMILIES", "GEMMA3", "GPT2", "HEAD", "LLAMA", "READS", "WRITES", "GgufFamily", "GgufTensor",
+__all__ = ["EXPORTS", "FAMILIES", "GEMMA3", "GPT2", "HEAD", "LLAMA", "QWEN2", "QWEN3", "READS", "WRITES", "GgufFamily",
+           "GgufTensor",
            "export_refusal", "family_for_config", "gguf_family"]

@@ -16,6 +16,7 @@ matches and the text between them, then the pieces go to byte-level BPE. Here th
 - ``gpt-2`` (and ``gpt2``): GPT-2's pattern.
 - ``llama-bpe`` (``llama3``, ``llama-v3``): LLaMA 3's pattern; merges ignored for a piece that is itself a
   token (llama.cpp's ``ignore_merges``), BOS added unless the file says otherwise.
+- ``qwen2`` (Qwen2, Qwen2.5, Qwen3): LLaMA 3's pattern with every digit its own piece; merges applied, no BOS.
 - ``default``: llama.cpp's fallback: punctuation runs, GPT-2's pattern, digit runs, three ASCII digits.
 
 What transformers does with these files (5.24, ``integrations/gguf/gguf_tokenizer_mapping.py``): it hands the
@@ -68,6 +69,9 @@ from tformer.interop.gguf_tokens import (
 # LLaMA 3's pattern as its tokenizer.json spells it (llama.cpp keeps it, spelling (?i:...) out by hand).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                   r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's (and Qwen2.5's, Qwen3's): LLaMA 3's with each digit a piece of its own.
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 class _Pre:
@@ -86,6 +90,7 @@ PRE_TOKENIZERS = {
     "llama-bpe": _LLAMA3,
     "llama3": _LLAMA3,
     "llama-v3": _LLAMA3,
+    "qwen2": _Pre((QWEN2_PATTERN,)),
     "default": _Pre((r"[\p{P}\$\+<=>\^~\|]+", GPT2_PATTERN, r"\p{N}+", r"[0-9][0-9][0-9]")),
 }
 
