@@ -83,7 +83,7 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
         "intermediate_size": _meta(f, a + "feed_forward_length", int, low=1),
         "num_attention_heads": heads,
         "num_key_value_heads": _meta(f, a + "attention.head_count_kv", int, default=heads, low=1),
-        "rms_norm_eps": _meta(f, a + "attention.layer_norm_rms_epsilon", float, low=0.0),
+        "rms_norm_eps": _meta(f, a + family.norm_eps_key, float, low=0.0),
         "rope_theta": _meta(f, a + "rope.freq_base", float, default=10000.0, low=1e-9),
         "max_position_embeddings": _meta(f, a + "context_length", int, low=1),
         "vocab_size": vocab,

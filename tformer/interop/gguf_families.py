@@ -41,6 +41,8 @@ class GgufTensor:
     # stored in the file's --type when 2-d; False keeps it F32 whatever the type (llama.cpp never quantizes gpt2's
     # position table)
     matrix: bool = True
+    # reading: Hugging Face holds the matrix transposed (GPT-2's Conv1D: (in, out) where the file has (out, in))
+    hf_transpose: bool = False
 
 
 # The untied LM head, the same in every family; a file without it is read (by llama.cpp too) as tied.
@@ -62,6 +64,10 @@ class GgufFamily:
     last: tuple[GgufTensor, ...]
     # reading: llama.cpp stores each norm's whole scale (1 + w for Gemma), tformer and Hugging Face hold w
     norm_offset: float = 0.0
+    # reading: where Hugging Face's layers live (model.layers.{i}. for LLaMA's kin, transformer.h.{i}. for GPT-2)
+    hf_layer_prefix: str = "model.layers"
+    # reading: the metadata key (under "{name}.") of the norms' epsilon
+    norm_eps_key: str = "attention.layer_norm_rms_epsilon"
     # reading: (meta, config) -> None, the config.json fields beyond the common ones; meta(key, kind, low=None) reads
     # the checked metadata value "{name}.{key}"
     read_config: Callable[[Callable, dict], None] | None = None
@@ -249,7 +255,8 @@ GEMMA3 = GgufFamily(
 
 
 # ---------------------------------------------------------------------------------------------
-# gpt2 (written only): learned positions, LayerNorm, fused QKV, a bias on every Linear (GPT-2, char-small)
+# gpt2: learned positions, LayerNorm, fused QKV, a bias on every Linear (GPT-2, char-small); read through Hugging
+# Face's GPT-2 names, whose Conv1D matrices are the file's transposed
 
 
 def _gpt2_refusal(config) -> str | None:
@@ -266,25 +273,41 @@ def _gpt2_notes(config) -> list[str]:
     return []
 
 
-def _linear(gguf: str, ours: str) -> tuple[GgufTensor, GgufTensor]:
-    return _t(f"{gguf}.weight", f"{ours}.weight"), _t(f"{gguf}.bias", f"{ours}.bias", zero_fill=True)
+def _linear(gguf: str, ours: str, hf: str) -> tuple[GgufTensor, GgufTensor]:
+    return (_t(f"{gguf}.weight", f"{ours}.weight", f"{hf}.weight", hf_transpose=True),
+            _t(f"{gguf}.bias", f"{ours}.bias", f"{hf}.bias", zero_fill=True))
 
 
-def _norm(gguf: str, ours: str) -> tuple[GgufTensor, GgufTensor]:
-    return _t(f"{gguf}.weight", f"{ours}.weight"), _t(f"{gguf}.bias", f"{ours}.bias")
+def _norm(gguf: str, ours: str, hf: str) -> tuple[GgufTensor, GgufTensor]:
+    return _t(f"{gguf}.weight", f"{ours}.weight", f"{hf}.weight"), _t(f"{gguf}.bias", f"{ours}.bias", f"{hf}.bias")
+
+
+def _gpt2_config(meta: Callable, config: dict) -> None:
+    """The common fields under GPT-2's config.json names (no RoPE, no key/value heads of their own, no dropout)."""
+    for common, gpt2 in (("num_hidden_layers", "n_layer"), ("hidden_size", "n_embd"), ("intermediate_size", "n_inner"),
+                         ("num_attention_heads", "n_head"), ("max_position_embeddings", "n_positions"),
+                         ("rms_norm_eps", "layer_norm_epsilon"), ("hidden_act", "activation_function")):
+        config[gpt2] = config.pop(common)
+    if config.pop("num_key_value_heads") != config["n_head"]:
+        raise TformerError("a gpt2 GGUF file with attention.head_count_kv other than head_count is damaged")
+    del config["rope_theta"]
+    config.update(n_ctx=config["n_positions"], resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 
 
 GPT2 = GgufFamily(
-    name="gpt2", hf_model_type="gpt2", hidden_act="gelu_new", reads=False, writes=True,
+    name="gpt2", hf_model_type="gpt2", hidden_act="gelu_new", reads=True, writes=True,
     # llama.cpp never quantizes the position table (its converter keeps it F32, its quantizer skips it)
-    first=(GgufTensor("token_embd.weight", ("tok_embed.weight",)),
-           GgufTensor("position_embd.weight", ("decoder.positions.weight",), matrix=False)),
-    layer=(*_norm("attn_norm", "attn_norm"),
-           GgufTensor("attn_qkv.weight", tuple(f"attn.{x}_proj.weight" for x in "qkv")),
-           GgufTensor("attn_qkv.bias", tuple(f"attn.{x}_proj.bias" for x in "qkv"), zero_fill=True),
-           *_linear("attn_output", "attn.o_proj"), *_norm("ffn_norm", "mlp_norm"),
-           *_linear("ffn_up", "mlp.up"), *_linear("ffn_down", "mlp.down")),
-    last=_norm("output_norm", "decoder.final_norm"),
+    first=(GgufTensor("token_embd.weight", ("tok_embed.weight",), "transformer.wte.weight"),
+           GgufTensor("position_embd.weight", ("decoder.positions.weight",), "transformer.wpe.weight", matrix=False)),
+    layer=(*_norm("attn_norm", "attn_norm", "ln_1"),
+           GgufTensor("attn_qkv.weight", tuple(f"attn.{x}_proj.weight" for x in "qkv"), "attn.c_attn.weight",
+                      hf_transpose=True),
+           GgufTensor("attn_qkv.bias", tuple(f"attn.{x}_proj.bias" for x in "qkv"), "attn.c_attn.bias",
+                      zero_fill=True),
+           *_linear("attn_output", "attn.o_proj", "attn.c_proj"), *_norm("ffn_norm", "mlp_norm", "ln_2"),
+           *_linear("ffn_up", "mlp.up", "mlp.c_fc"), *_linear("ffn_down", "mlp.down", "mlp.c_proj")),
+    last=_norm("output_norm", "decoder.final_norm", "transformer.ln_f"),
+    hf_layer_prefix="transformer.h", norm_eps_key="attention.layer_norm_epsilon", read_config=_gpt2_config,
     match=(("position", "learned"), ("norm", "layernorm")),
     summary="learned positions + LayerNorm decoder",
     refusal=_gpt2_refusal, metadata=lambda c: [("attention.layer_norm_epsilon", float(c.norm_eps), "f32")],

@@ -56,7 +56,7 @@ def unpermute(w: torch.Tensor, n_head: int) -> torch.Tensor:
 def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of the file, dequantized to fp32, under its Hugging Face name; those named in ``kept``
     (GGUF name -> our module) are meta tensors of their shape, for the caller to fill from the blocks."""
-    n_layers, family = hf_config["num_hidden_layers"], reading_family(f)
+    n_layers, family = f.metadata[f"{reading_family(f).name}.block_count"], reading_family(f)  # checked by the config
     sd = {}
     for name, info in f.tensors.items():
         hf, row = _hf_name(f, name, n_layers, family)
@@ -66,6 +66,8 @@ def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None
         w = dequantize(f.raw(name), info.ggml_type, info.shape)
         if row.permute:
             w = unpermute(w, hf_config[_HF_HEADS[row.permute]])
+        elif row.hf_transpose:
+            w = w.t().contiguous()  # GPT-2's Conv1D holds (in, out)
         elif family.norm_offset and name.endswith("norm.weight"):
             w = w - family.norm_offset  # llama.cpp stores Gemma's scale 1 + w whole; ours (as transformers') holds w
         sd[hf] = w
@@ -83,7 +85,7 @@ def _hf_name(f: GGUFFile, name: str, n_layers: int, family: GgufFamily) -> tuple
         if not index.isdigit() or int(index) >= n_layers or rest not in layer:
             raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a {what} model with "
                                f"{n_layers} layers; the file is damaged or of another architecture")
-        return f"model.layers.{int(index)}.{layer[rest].hf}", layer[rest]
+        return f"{family.hf_layer_prefix}.{int(index)}.{layer[rest].hf}", layer[rest]
     if name == "rope_freqs.weight":
         raise TformerError(f"GGUF file {f.path} carries rope_freqs (llama 3's RoPE scaling), which tformer "
                            "does not support yet")
@@ -107,6 +109,9 @@ def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict]:
         if name.startswith("blk.") and index.isdigit() and role:
             layers[name] = f"decoder.layers.{int(index)}.{modules[stem]}"
             formats.setdefault(int(index), {})[role] = _format(f, name, "layers' matrices")
+    if not formats:
+        raise TformerError(f"GGUF file {f.path}: tformer keeps no {reading_family(f).name} matrices in their blocks "
+                           "yet (its fused ones); load it with --gguf-weights dequantize")
     head = "output.weight" if "output.weight" in f.tensors else "token_embd.weight"
     head_format = _format(f, head, "LM head")
     kept = {n: m for n, m in layers.items() if f.tensors[n].ggml_type in KEPT}
