@@ -39,7 +39,7 @@ FAMILIES = {
     # name: (transformers class, config fields, pre-tokenizer name and pattern, special tokens, bos, eos, template)
     "llama": ("LlamaForCausalLM", dict(COMMON, model_type="llama", tie_word_embeddings=False), "llama-bpe", LLAMA3,
               ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-              "<|begin_of_text|>", "<|eot_id|>", "llama-cpp-deepseek-r1.jinja"),
+              "<|begin_of_text|>", "<|eot_id|>", "meta-llama-Llama-3.2-3B-Instruct.jinja"),
     "qwen2": ("Qwen2ForCausalLM", dict(COMMON, model_type="qwen2", tie_word_embeddings=True), "qwen2", QWEN2,
               QWEN_SPECIAL, None, "<|im_end|>", "Qwen-Qwen2.5-7B-Instruct.jinja"),
     # head_dim 128 as Qwen3-0.6B's (not d_model / heads): transformers' GGUF loader ignores qwen3.attention.key_length

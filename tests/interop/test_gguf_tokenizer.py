@@ -369,7 +369,7 @@ def test_other_pre_tokenizers():
 
 
 @pytest.mark.parametrize("changes, fragments", [
-    ({"tokenizer.ggml.pre": "qwen2"}, ['"qwen2"', "smollm", "gpt-2", "llama-bpe", "default"]),
+    ({"tokenizer.ggml.pre": "deepseek-llm"}, ['"deepseek-llm"', "smollm", "gpt-2", "llama-bpe", "qwen2", "default"]),
     ({"tokenizer.ggml.merges": None}, ["no tokenizer.ggml.merges"]),
     ({"tokenizer.ggml.token_type": np.ones(5, np.int32)}, ["token_type has 5 entries", "tokens has 263"]),
     ({"tokenizer.ggml.merges": ["Ġ a", "Ġa zz"]}, ["merge 1", '"zz"', "not in tokenizer.ggml.tokens"]),

@@ -71,8 +71,8 @@ class GgufFamily:
     # reading: (meta, config) -> None, the config.json fields beyond the common ones; meta(key, kind, low=None) reads
     # the checked metadata value "{name}.{key}"
     read_config: Callable[[Callable, dict], None] | None = None
-    # writing: the ModelConfig fields (and values) that file a tformer decoder under this family, first match wins
-    # (so a later, narrower family goes before a wider one it refines)
+    # writing: the ModelConfig fields (and values) that file a tformer decoder under this family; of the families a
+    # config matches, the one with the most fields wins (qwen2's llama fields + qkv_bias before llama's)
     match: tuple[tuple[str, object], ...] = ()
     summary: str = ""  # writing: what the family holds, in words, for the refusals
     # writing: config -> why llama.cpp's family cannot hold it (one clause), or None
@@ -163,7 +163,7 @@ LLAMA = GgufFamily(
            _t("ffn_norm.weight", "mlp_norm.weight", "post_attention_layernorm.weight"), _GATE, _UP, _DOWN),
     last=(_FINAL_NORM,),
     match=(("position", "rope"), ("norm", "rmsnorm")),
-    summary="RoPE + RMSNorm + SwiGLU decoder, no biases, exact attention",
+    summary="RoPE + RMSNorm + SwiGLU decoder",
     refusal=_llama_refusal, metadata=_llama_metadata)
 
 
@@ -211,7 +211,7 @@ QWEN2 = GgufFamily(
     layer=(_ATTN_NORM, _Q, _QKV_BIASES[0], _K, _QKV_BIASES[1], _V, _QKV_BIASES[2], _O, _FFN_NORM, _GATE, _UP, _DOWN),
     last=(_FINAL_NORM,),
     match=(("position", "rope"), ("norm", "rmsnorm"), ("qkv_bias", True)),
-    summary="LLaMA's layers with biases on q, k and v (qkv_bias=True)",
+    summary="llama + qkv_bias",
     refusal=_qwen2_refusal, metadata=_llama_metadata)
 
 QWEN3 = GgufFamily(
@@ -222,7 +222,7 @@ QWEN3 = GgufFamily(
            _GATE, _UP, _DOWN),
     last=(_FINAL_NORM,),
     match=(("position", "rope"), ("norm", "rmsnorm"), ("qk_norm", True)),
-    summary="LLaMA's layers with an RMSNorm of each head's q and k (qk_norm=True), no biases",
+    summary="llama + qk_norm",
     refusal=_qwen3_refusal, metadata=_qwen3_metadata)
 
 
@@ -314,12 +314,12 @@ GPT2 = GgufFamily(
     notes=_gpt2_notes)
 
 
-# The writer files a config under the first family whose match it has: the narrower qwen3 / qwen2 before llama.
-FAMILIES = (QWEN3, QWEN2, LLAMA, GEMMA3, GPT2)
+FAMILIES = (LLAMA, QWEN2, QWEN3, GEMMA3, GPT2)
 _BY_NAME = {f.name: f for f in FAMILIES}
 READS = tuple(f.name for f in FAMILIES if f.reads)  # general.architecture values tformer reads
 WRITES = tuple(f.name for f in FAMILIES if f.writes)  # and writes
-EXPORTS = "tformer writes GGUF for " + " and ".join(f"{f.name} ({f.summary})" for f in FAMILIES if f.writes)
+_WRITTEN = [f"{f.name} ({f.summary})" for f in FAMILIES if f.writes]
+EXPORTS = "tformer writes GGUF for " + ", ".join(_WRITTEN[:-1]) + " and " + _WRITTEN[-1]
 
 
 def gguf_family(name: object, purpose: str = "reads", where: str = "the GGUF file") -> GgufFamily:
@@ -344,13 +344,16 @@ def family_for_config(config) -> GgufFamily:
     """The family a tformer decoder's config is written as (by the fields in each writing family's ``match``), or
     the refusal naming them. Only the match: gguf_write.gguf_architecture checks the rest (a decoder, no task head,
     the attention kind, the family's own refusal)."""
-    writers = [f for f in FAMILIES if f.writes]
+    # the most specific match first: qwen2 (llama's fields + qkv_bias) and qwen3 (+ qk_norm) before llama
+    writers = sorted((f for f in FAMILIES if f.writes), key=lambda f: -len(f.match))
     for family in writers:
         if all(getattr(config, k) == v for k, v in family.match):
             return family
-    fields = list(dict.fromkeys(k for f in writers for k, _ in f.match))
+    # named by the families the others refine (llama, gpt2): a config none matches differs from those first
+    base = [f for f in writers if not any(set(g.match) < set(f.match) for g in writers)]
+    fields = list(dict.fromkeys(k for f in base for k, _ in f.match))
     have = " with ".join(f"{k}='{getattr(config, k)}'" for k in fields)
-    wanted = " nor ".join(f"{f.name}'s ({' + '.join(str(v) for _, v in f.match)})" for f in writers)
+    wanted = " nor ".join(f"{f.name}'s ({' + '.join(str(v) for _, v in f.match)})" for f in base)
     raise export_refusal(config, f"{have} is neither {wanted}")
 
 

@@ -1,0 +1,121 @@
+"""Each GGUF family a CPU user downloads, read and written against references nobody here wrote: small files made
+by llama.cpp's own converter from tiny random transformers models (scripts/gguf_families/make_files.py, kept in the
+repository), read by transformers' GGUF loader beside tformer's.
+
+Per family: logits within 1e-5 of transformers' on the same file, greedy tokens equal, tokenizer ids equal to
+transformers' GGUF tokenizer on text with whitespace runs, digits, emoji and code, the chat template rendered as
+transformers renders it, the ledger's parameters equal to the file's tensors, and the file tformer writes back (f32,
+and Q8_0 kept in its blocks) read by transformers with equal logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tformer.cost.ledger import ledger
+from tformer.generate import generate
+from tformer.generate.chat import chat_ids, template_for
+from tformer.interop.gguf_config import config_from_gguf
+from tformer.interop.gguf_file import open_gguf
+from tformer.interop.gguf_model import load_gguf
+from tformer.interop.gguf_write import save_gguf
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+transformers.logging.disable_progress_bar()
+
+FILES = Path(__file__).resolve().parents[2] / "scripts" / "gguf_families"
+FAMILIES = ("llama", "qwen2", "qwen3", "gpt2")
+TEXT = ("Hello  world!\n\n\tdef f(x):\n        return 12345 + 0x2A  # ÄÖÜ café 🦙🚀✅ 我想在apple工作 "
+        "I've 'RE 3.14 ...!!!   ")
+CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "4."}, {"role": "user", "content": "And 3 + 3?"}]
+
+
+def _hf(folder: Path, name: str):
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request):
+    name = request.param
+    ours, tok = load_gguf(FILES / f"{name}.gguf", tokenizer=True)
+    return name, ours.eval(), tok, _hf(FILES, f"{name}.gguf")
+
+
+def _ids(vocab: int, rows: int = 2, t: int = 13):
+    return torch.randint(0, vocab, (rows, t), generator=torch.Generator().manual_seed(0))
+
+
+def test_the_file_is_the_family_it_says(family):
+    name, ours, _, _ = family
+    with open_gguf(FILES / f"{name}.gguf") as f:
+        assert f.metadata["general.architecture"] == name
+        assert f.metadata["general.file_type"] == 0  # all f32: the converter's --outtype f32
+    c = ours.config
+    expected = {"llama": ("rope", "rmsnorm", False, False, False), "qwen2": ("rope", "rmsnorm", True, False, True),
+                "qwen3": ("rope", "rmsnorm", False, True, False), "gpt2": ("learned", "layernorm", True, False, True)}
+    assert (c.position, c.norm, c.qkv_has_bias, c.qk_norm, c.tied_embeddings) == expected[name]
+
+
+def test_logits_equal_transformers_gguf_loader(family):
+    _, ours, _, hf = family
+    ids = _ids(ours.config.vocab_size)
+    with torch.no_grad():
+        assert (ours(ids).logits - hf(ids).logits).abs().max().item() < 1e-5
+
+
+def test_greedy_tokens_equal(family):
+    _, ours, _, hf = family
+    prompt = _ids(ours.config.vocab_size, rows=1, t=5)
+    want = hf.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)[0, 5:]
+    assert generate(ours, prompt, max_new_tokens=12, stop_tokens=[]).sequences[0] == want.tolist()
+
+
+def test_tokenizer_ids_equal_transformers_gguf_tokenizer(family):
+    name, _, tok, _ = family
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(FILES), gguf_file=f"{name}.gguf")
+    ids = tok.encode(TEXT)  # the text's own ids: BOS is the prompt's business (chat_ids, generate's prompt_ids)
+    assert ids == hf_tok.encode(TEXT, add_special_tokens=False) and len(ids) > 20
+    assert tok.decode(ids) == TEXT
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3"])
+def test_the_chat_template_renders_as_transformers_renders_it(name):
+    _, tok = load_gguf(FILES / f"{name}.gguf", tokenizer=True)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(str(FILES), gguf_file=f"{name}.gguf")
+    with open_gguf(FILES / f"{name}.gguf") as f:
+        source = f.metadata["tokenizer.chat_template"]
+    want = hf_tok.apply_chat_template(CHAT, chat_template=source, tokenize=False, add_generation_prompt=True)
+    template = template_for(tok)
+    assert template.render(CHAT, add_generation_prompt=True) == want
+    assert chat_ids(template, tok, CHAT)[-3:] == hf_tok.encode(want, add_special_tokens=False)[-3:]
+
+
+def test_the_ledger_counts_the_file_s_tensors(family):
+    name, ours, _, _ = family
+    with open_gguf(FILES / f"{name}.gguf") as f:
+        in_file = sum(int(torch.tensor(info.shape).prod()) for info in f.tensors.values())
+    config = config_from_gguf(FILES / f"{name}.gguf")
+    assert ledger(config).params["total"] == in_file == sum(p.numel() for p in ours.parameters())
+
+
+@pytest.mark.parametrize("ggml_type", ["f32", "q8_0"])
+def test_the_file_tformer_writes_reads_back_in_transformers(family, ggml_type, tmp_path):
+    name, ours, tok, hf = family
+    out = tmp_path / f"{name}-{ggml_type}.gguf"
+    save_gguf(ours, out, ggml_type, tokenizer=tok)
+    with open_gguf(out) as f:
+        assert f.metadata["general.architecture"] == name
+        assert f.metadata["tokenizer.ggml.pre"] == tok.pre
+    back = _hf(tmp_path, out.name)
+    ids = _ids(ours.config.vocab_size)
+    with torch.no_grad():
+        ref = hf(ids).logits
+        assert (back(ids).logits - ref).abs().max().item() < (1e-5 if ggml_type == "f32" else 0.1)
+        if ggml_type == "q8_0" and name != "gpt2":  # the blocks kept give the widened blocks' numbers
+            kept = load_gguf(out, weights="keep").eval()
+            assert (kept(ids).logits - back(ids).logits).abs().max().item() < 1e-4
