@@ -47,6 +47,13 @@ FAMILIES = {
     "qwen3": ("Qwen3ForCausalLM", dict(COMMON, model_type="qwen3", head_dim=128, num_attention_heads=2,
                                        num_key_value_heads=1, tie_word_embeddings=False), "qwen2",
               QWEN2, QWEN_SPECIAL, None, "<|im_end|>", "Qwen-Qwen3-0.6B.jinja"),
+    # a window of 16 named as Phi-3-mini-4k names 2047, which llama.cpp and transformers' GGUF loader both leave
+    # unused; a GPT-2 style tokenizer, as the converter takes for Phi-4-mini (Phi-3's own is SentencePiece:
+    # bench/llamacpp_vocab.py checks it)
+    "phi3": ("Phi3ForCausalLM", dict(COMMON, model_type="phi3", sliding_window=16, original_max_position_embeddings=128,
+                                     tie_word_embeddings=False, pad_token_id=None), "gpt-2", GPT2,
+             ["<|endoftext|>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"], "<|endoftext|>", "<|end|>",
+             "microsoft-Phi-3.5-mini-instruct.jinja"),
     # the MLP 4 x n_embd wide: llama.cpp's converter writes feed_forward_length = 4 * n_embd whatever n_inner says;
     # 1,024 positions as GPT-2's: transformers' GGUF loader does not read gpt2.context_length (it keeps the default)
     "gpt2": ("GPT2LMHeadModel", dict(model_type="gpt2", n_layer=2, n_embd=48, n_head=4, n_positions=1024, n_ctx=1024,
@@ -65,7 +72,8 @@ def tokenize(text: str) -> list[int]:
 """
 
 
-def tokenizer_folder(folder: Path, pattern: str, special: list[str], bos, eos, template: str | None) -> None:
+def tokenizer_folder(folder: Path, pattern: str, special: list[str], bos, eos, template: str | None,
+                     gpt2_class: bool = False) -> None:
     """A byte-level BPE of VOCAB tokens trained on TEXT, saved as a transformers tokenizer in ``folder``."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -77,9 +85,15 @@ def tokenizer_folder(folder: Path, pattern: str, special: list[str], bos, eos, t
     trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(special), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator([TEXT] * 4, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, chat_template=template)
+    # padding named (as the end token): the converter writes it, and transformers' Phi-3 config would otherwise keep
+    # its default pad id, 32000, outside this vocabulary
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=eos,
+                                   chat_template=template)
     fast.add_special_tokens({"additional_special_tokens": [s for s in special if s not in (bos, eos)]})
     fast.save_pretrained(folder)
+    if gpt2_class:  # the class the converter's Phi-3 path asks for a BPE vocabulary by (it reads tokenizer.json)
+        config_file = folder / "tokenizer_config.json"
+        config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {"tokenizer_class": "GPT2Tokenizer"}))
 
 
 def model_folder(folder: Path, cls_name: str, fields: dict, vocab: int, bos_id, eos_id) -> None:
@@ -112,7 +126,11 @@ convert_hf_to_gguf.main()
 
 def convert(llama_cpp: Path, folder: Path, out: Path, pre: str) -> None:
     env = {"PYTHONPATH": f"{llama_cpp}:{llama_cpp / 'gguf-py'}", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
-    cmd = [sys.executable, "-c", CONVERT.format(pre=pre), "-", str(folder), "--outfile", str(out), "--outtype", "f32"]
+    # named "tiny-<family>" with phi3 as "phi": llama.cpp gives a model whose name holds "phi3" Phi-3's SentencePiece
+    # tokens (<s>, </s>, <unk>) attributes by name, which a byte-level vocabulary does not have
+    name = "tiny-" + folder.name.replace("phi3", "phi")
+    cmd = [sys.executable, "-c", CONVERT.format(pre=pre), "-", str(folder), "--outfile", str(out), "--outtype", "f32",
+           "--model-name", name]
     done = subprocess.run(cmd, env=env, cwd=llama_cpp, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"convert_hf_to_gguf.py failed on {folder.name}:\n{done.stderr[-3000:]}")
@@ -131,7 +149,7 @@ def main(argv=None) -> int:
         template = (args.llama_cpp / "models/templates" / template_file).read_text() if template_file else None
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp) / name
-            tokenizer_folder(work, pattern, special, bos, eos, template)
+            tokenizer_folder(work, pattern, special, bos, eos, template, gpt2_class=name == "phi3")
             vocab = json.loads((work / "tokenizer.json").read_text())
             ids = {t["content"]: t["id"] for t in vocab["added_tokens"]}
             size = len(vocab["model"]["vocab"]) + len([t for t in vocab["added_tokens"]

@@ -70,7 +70,7 @@ def test_import_tformer_and_the_records_stay_torch_free():
 
 
 def test_every_architecture_the_reader_and_writer_list_has_a_record():
-    assert gguf_config.ARCHITECTURES == ("llama", "qwen2", "qwen3", "gemma3", "gpt2")
+    assert gguf_config.ARCHITECTURES == ("llama", "qwen2", "qwen3", "phi3", "gemma3", "gpt2")
     assert gguf_write.ARCHITECTURES == ("llama", "qwen2", "qwen3", "gpt2")
     for name in gguf_config.ARCHITECTURES:
         family = gguf_family(name)
@@ -79,7 +79,7 @@ def test_every_architecture_the_reader_and_writer_list_has_a_record():
     for name in gguf_write.ARCHITECTURES:
         family = gguf_family(name, "writes")
         assert family.name == name and family.writes and family.match and family.refusal
-    assert [f.name for f in FAMILIES] == ["llama", "qwen2", "qwen3", "gemma3", "gpt2"]
+    assert [f.name for f in FAMILIES] == ["llama", "qwen2", "qwen3", "phi3", "gemma3", "gpt2"]
     assert (LLAMA.hf_model_type, LLAMA.hidden_act) == ("llama", "silu")
     assert (GEMMA3.hf_model_type, GEMMA3.hidden_act) == ("gemma3_text", "gelu_pytorch_tanh")
 
@@ -93,10 +93,11 @@ def test_the_writer_files_a_preset_under_its_family(name, family):
 
 
 @pytest.mark.parametrize("name, purpose, words", [
-    ("falcon", "reads", "the GGUF file holds a 'falcon' model; tformer reads: llama, qwen2, qwen3, gemma3, gpt2"),
-    ("phi3", "reads", "holds a 'phi3' model; tformer reads: llama, qwen2, qwen3, gemma3, gpt2"),
+    ("falcon", "reads", "the GGUF file holds a 'falcon' model; tformer reads: llama, qwen2, qwen3, phi3, gemma3, gpt2"),
+    ("falcon", "writes", "holds a 'falcon' model; tformer writes: llama, qwen2, qwen3, gpt2"),
+    ("deci", "reads", "holds a 'deci' model; tformer reads: llama, qwen2, qwen3, phi3, gemma3, gpt2"),
     ("gemma3", "writes", "holds a 'gemma3' model; tformer writes: llama, qwen2, qwen3, gpt2"),
-    (None, "reads", "holds a 'NoneType' model; tformer reads: llama, qwen2, qwen3, gemma3, gpt2"),
+    (None, "reads", "holds a 'NoneType' model; tformer reads: llama, qwen2, qwen3, phi3, gemma3, gpt2"),
     ("x" * 50, "reads", "holds a 'str' model"),
 ])
 def test_an_architecture_it_does_not_handle_is_refused_in_one_line(name, purpose, words):

@@ -27,7 +27,8 @@ transformers.logging.set_verbosity_error()
 transformers.logging.disable_progress_bar()
 
 FILES = Path(__file__).resolve().parents[2] / "scripts" / "gguf_families"
-FAMILIES = ("llama", "qwen2", "qwen3", "gpt2")
+FAMILIES = ("llama", "qwen2", "qwen3", "phi3", "gpt2")
+WRITTEN_AS = {"phi3": "llama"}  # a phi3 file's model is a llama model (gguf_families.PHI3)
 TEXT = ("Hello  world!\n\n\tdef f(x):\n        return 12345 + 0x2A  # ÄÖÜ café 🦙🚀✅ 我想在apple工作 "
         "I've 'RE 3.14 ...!!!   ")
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2 + 2?"},
@@ -46,7 +47,7 @@ def family(request):
     return name, ours.eval(), tok, _hf(FILES, f"{name}.gguf")
 
 
-def _ids(vocab: int, rows: int = 2, t: int = 13):
+def _ids(vocab: int, rows: int = 2, t: int = 40):  # past the window of 16 the phi3 file names (and nobody applies)
     return torch.randint(0, vocab, (rows, t), generator=torch.Generator().manual_seed(0))
 
 
@@ -57,8 +58,10 @@ def test_the_file_is_the_family_it_says(family):
         assert f.metadata["general.file_type"] == 0  # all f32: the converter's --outtype f32
     c = ours.config
     expected = {"llama": ("rope", "rmsnorm", False, False, False), "qwen2": ("rope", "rmsnorm", True, False, True),
-                "qwen3": ("rope", "rmsnorm", False, True, False), "gpt2": ("learned", "layernorm", True, False, True)}
+                "qwen3": ("rope", "rmsnorm", False, True, False), "phi3": ("rope", "rmsnorm", False, False, False),
+                "gpt2": ("learned", "layernorm", True, False, True)}
     assert (c.position, c.norm, c.qkv_has_bias, c.qk_norm, c.tied_embeddings) == expected[name]
+    assert c.attn_impl == "sdpa"  # phi3's attention.sliding_window is read as llama.cpp computes it: not at all
 
 
 def test_logits_equal_transformers_gguf_loader(family):
@@ -83,7 +86,7 @@ def test_tokenizer_ids_equal_transformers_gguf_tokenizer(family):
     assert tok.decode(ids) == TEXT
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "phi3"])
 def test_the_chat_template_renders_as_transformers_renders_it(name):
     _, tok = load_gguf(FILES / f"{name}.gguf", tokenizer=True)
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(FILES), gguf_file=f"{name}.gguf")
@@ -109,7 +112,7 @@ def test_the_file_tformer_writes_reads_back_in_transformers(family, ggml_type, t
     out = tmp_path / f"{name}-{ggml_type}.gguf"
     save_gguf(ours, out, ggml_type, tokenizer=tok)
     with open_gguf(out) as f:
-        assert f.metadata["general.architecture"] == name
+        assert f.metadata["general.architecture"] == WRITTEN_AS.get(name, name)
         assert f.metadata["tokenizer.ggml.pre"] == tok.pre
     back = _hf(tmp_path, out.name)
     ids = _ids(ours.config.vocab_size)

@@ -227,6 +227,36 @@ QWEN3 = GgufFamily(
 
 
 # ---------------------------------------------------------------------------------------------
+# phi3 (Phi-3, Phi-3.5, Phi-4-mini; read only): LLaMA's layers with q/k/v fused in one tensor and gate/up in another,
+# rotated by halves (no permutation). A file names Phi-3-mini-4k's window (attention.sliding_window, 2047), but
+# llama.cpp computes every phi3 file with full attention (its Phi SWA is disabled: llama.cpp PR 13676) and
+# transformers' GGUF loader reads no window, so tformer reads none either. Its model is then a llama model: written
+# back as llama (llama.cpp computes the same), not as phi3.
+
+
+def _phi3_config(meta: Callable, config: dict) -> None:
+    """A refusal of what tformer does not compute: RoPE on part of each head. The window is not read (above)."""
+    heads, hidden = config["num_attention_heads"], config["hidden_size"]
+    head_dim = config.get("head_dim") or hidden // heads
+    rotated = meta("rope.dimension_count", int, default=head_dim, low=1)
+    if rotated != head_dim:
+        raise TformerError(f"this phi3 file rotates {rotated} of each head's {head_dim} dimensions "
+                           "(partial_rotary_factor); tformer rotates whole heads")
+    config["original_max_position_embeddings"] = meta("rope.scaling.original_context_length", int,
+                                                      default=config["max_position_embeddings"], low=1)
+
+
+PHI3 = GgufFamily(
+    name="phi3", hf_model_type="phi3", hidden_act="silu", reads=True, writes=False,
+    first=(_EMBED,),
+    layer=(_ATTN_NORM,
+           GgufTensor("attn_qkv.weight", tuple(f"attn.{x}_proj.weight" for x in "qkv"), "self_attn.qkv_proj.weight"),
+           _O, _FFN_NORM,
+           GgufTensor("ffn_up.weight", ("mlp.gate.weight", "mlp.up.weight"), "mlp.gate_up_proj.weight"), _DOWN),
+    last=(_FINAL_NORM,), read_config=_phi3_config)
+
+
+# ---------------------------------------------------------------------------------------------
 # gemma3 (read only): q/k norms, a norm before and after each sublayer (llama.cpp's "ffn_norm" is the one before the
 # MLP), no Q/K permutation (its converter leaves Gemma's half-split rotation alone), norms stored as 1 + w
 
@@ -314,7 +344,7 @@ GPT2 = GgufFamily(
     notes=_gpt2_notes)
 
 
-FAMILIES = (LLAMA, QWEN2, QWEN3, GEMMA3, GPT2)
+FAMILIES = (LLAMA, QWEN2, QWEN3, PHI3, GEMMA3, GPT2)
 _BY_NAME = {f.name: f for f in FAMILIES}
 READS = tuple(f.name for f in FAMILIES if f.reads)  # general.architecture values tformer reads
 WRITES = tuple(f.name for f in FAMILIES if f.writes)  # and writes
@@ -357,6 +387,6 @@ def family_for_config(config) -> GgufFamily:
     raise export_refusal(config, f"{have} is neither {wanted}")
 
 
-__all__ = ["EXPORTS", "FAMILIES", "GEMMA3", "GPT2", "HEAD", "LLAMA", "QWEN2", "QWEN3", "READS", "WRITES", "GgufFamily",
+__all__ = ["EXPORTS", "FAMILIES", "GEMMA3", "GPT2", "HEAD", "LLAMA", "PHI3", "QWEN2", "QWEN3", "READS", "WRITES", "GgufFamily",
            "GgufTensor",
            "export_refusal", "family_for_config", "gguf_family"]

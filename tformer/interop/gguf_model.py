@@ -89,6 +89,9 @@ def _hf_name(f: GGUFFile, name: str, n_layers: int, family: GgufFamily) -> tuple
     if name == "rope_freqs.weight":
         raise TformerError(f"GGUF file {f.path} carries rope_freqs (llama 3's RoPE scaling), which tformer "
                            "does not support yet")
+    if name.startswith("rope_factors_"):
+        raise TformerError(f"GGUF file {f.path} carries {name} (Phi-3's LongRoPE, the 128k models), which tformer "
+                           "does not support yet; the 4k models read")
     raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a {what} model; the file is "
                        "damaged or of another architecture")
 

@@ -3,12 +3,14 @@
     result = save_gguf(model, "shakespeare.q8_0.gguf", "q8_0", tokenizer)
     print(result.path, result.bytes, result.tensor_types)      # {"F32": 9, "Q8_0": 11}
 
-Two of llama.cpp's architectures hold what tformer trains (a record each in gguf_families: the tensor names, the
-metadata, which configs each holds):
+Four of llama.cpp's architectures hold what tformer trains (a record each in gguf_families: the tensor names, the
+metadata, which configs each holds, the most specific match chosen):
 
 - ``llama``: a decoder with RoPE, RMSNorm, a SwiGLU MLP and no biases (LLaMA, SmolLM2, a tformer llama). llama.cpp
   rotates consecutive pairs of a head's dimensions where tformer (as Hugging Face) rotates its two halves, so the
   Q and K rows are written in llama.cpp's pair order: the inverse of ``gguf_model.unpermute``.
+- ``qwen2`` (llama's layers with biases on q, k and v: ``qkv_bias``) and ``qwen3`` (with ``qk_norm``): rotated by
+  halves in llama.cpp too, so written without the permutation.
 - ``gpt2``: a decoder with learned positions and LayerNorm (GPT-2, the course's char-small). llama.cpp holds Q, K
   and V as one fused matrix, and every Linear has a bias (a model trained without them gets zero ones: the same
   sums).

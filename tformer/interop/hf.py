@@ -108,6 +108,22 @@ def _qwen_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
 
 
+def _phi3_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+    """LLaMA's layers with two fused Linears: qkv_proj (q, k and v rows one after another) and gate_up_proj (gate
+    rows, then up rows), each split into ours."""
+    rules = [Rule(f"{p}embed_tokens.weight", ("tok_embed.weight",))]
+    for i in range(c.n_layers):
+        h, o = f"{p}layers.{i}", f"decoder.layers.{i}"
+        rules += _norm(f"{h}.input_layernorm", f"{o}.attn_norm", c)
+        rules.append(Rule(f"{h}.self_attn.qkv_proj.weight", tuple(f"{o}.attn.{x}_proj.weight" for x in "qkv"), "rows"))
+        rules += _linear(f"{h}.self_attn.o_proj", f"{o}.attn.o_proj", False)
+        rules += _norm(f"{h}.post_attention_layernorm", f"{o}.mlp_norm", c)
+        rules.append(Rule(f"{h}.mlp.gate_up_proj.weight", (f"{o}.mlp.gate.weight", f"{o}.mlp.up.weight"), "rows"))
+        rules += _linear(f"{h}.mlp.down_proj", f"{o}.mlp.down", False)
+    rules += _norm(f"{p}norm", "decoder.final_norm", c)
+    return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
+
+
 def _bart_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     rules = [Rule(f"{p}shared.weight", ("tok_embed.weight",))]
     aliases = [Alias(f"{p}{s}.embed_tokens.weight", f"{p}shared.weight") for s in ("encoder", "decoder")]
@@ -156,18 +172,19 @@ def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
 
 
 FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, "qwen2": _qwen_rules,
-            "qwen3": _qwen_rules, hf_gemma.MODEL_TYPE: hf_gemma.rules,
+            "qwen3": _qwen_rules, "phi3": _phi3_rules, hf_gemma.MODEL_TYPE: hf_gemma.rules,
             "bart": _bart_rules, "t5": _t5_rules, **ENCODER_FAMILIES, **VISION_RULES}
 # The outer prefix HF's task classes put around the body (GPT2LMHeadModel -> "transformer.", ...);
 # bare base-model files (GPT2Model, BertModel, BartModel) have none.
 BODY_PREFIX = {"gpt2": "transformer.", "llama": "model.", "mistral": "model.", "qwen2": "model.", "qwen3": "model.",
+               "phi3": "model.",
                hf_gemma.MODEL_TYPE: "model.",
                "bart": "model.",
                "t5": "", **ENCODER_PREFIX, **VISION_PREFIX}
 # The embedding the head is tied to, named without prefix: used to spot an untied head in a file.
 _EMBEDDING = {"gpt2": ("wte.weight", "lm_head.weight"), "llama": ("embed_tokens.weight", "lm_head.weight"),
               "mistral": ("embed_tokens.weight", "lm_head.weight"), "qwen2": ("embed_tokens.weight", "lm_head.weight"),
-              "qwen3": ("embed_tokens.weight", "lm_head.weight"),
+              "qwen3": ("embed_tokens.weight", "lm_head.weight"), "phi3": ("embed_tokens.weight", "lm_head.weight"),
               hf_gemma.MODEL_TYPE: ("embed_tokens.weight", "lm_head.weight"),
               "bart": ("shared.weight", "lm_head.weight"), "t5": ("shared.weight", "lm_head.weight"),
               **ENCODER_EMBEDDING}
@@ -333,6 +350,8 @@ def _hf_shape(rule: Rule, shapes: dict[str, torch.Size]) -> tuple[int, ...]:
         return (sum(s[0] for s in parts),)
     if rule.kind == "cat_t":
         return (parts[0][1], sum(s[0] for s in parts))
+    if rule.kind == "rows":
+        return (sum(s[0] for s in parts), *parts[0][1:])
     return parts[0]
 
 
@@ -345,6 +364,8 @@ def _to_ours(rule: Rule, t: torch.Tensor, shapes) -> list[torch.Tensor]:
         sizes = [shapes[o][0] for o in rule.ours]
         pieces = t.split(sizes, dim=-1)
         return [p.t() for p in pieces] if rule.kind == "cat_t" else list(pieces)
+    if rule.kind == "rows":
+        return list(t.split([shapes[o][0] for o in rule.ours], dim=0))
     return [t]
 
 
@@ -357,6 +378,8 @@ def _to_hf(rule: Rule, tensors: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(tensors, dim=-1)
     if rule.kind == "cat_t":
         return torch.cat([t.t() for t in tensors], dim=-1)
+    if rule.kind == "rows":
+        return torch.cat(tensors, dim=0)
     return tensors[0]
 
 

@@ -25,7 +25,7 @@ from tformer.interop import hf_gemma
 from tformer.interop.hf_heads import head_config_out, head_fields, head_from_file
 from tformer.interop.hf_vision import VISION_FROM_WEIGHTS, VISION_HF_FAMILIES, VISION_READERS, VISION_WRITERS
 
-SUPPORTED = ("gpt2", "llama", "mistral", "qwen2", "qwen3", hf_gemma.MODEL_TYPE, "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
+SUPPORTED = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", hf_gemma.MODEL_TYPE, "bert", "bart", "t5", "roberta", "distilbert", "albert", *VISION_READERS)
 
 # Training-only settings: they never change eval outputs, so a value HF cannot hold is warned
 # about rather than refused.
@@ -185,6 +185,20 @@ def _qwen(d: dict) -> dict:
     return fields | dict(qk_norm=True)
 
 
+def _phi3(d: dict) -> dict:
+    """Phi-3 / Phi-3.5 / Phi-4-mini: LLaMA's layers (fused q/k/v and gate/up tensors, split when the weights are read),
+    a window on every layer when the file names one (Phi-3-mini-4k: 2047), as Mistral's."""
+    params = {**(d.get("rope_parameters") or {}), **(d.get("rope_scaling") or {})}
+    rotary = params.get("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
+    if rotary != 1.0:
+        _refuse("phi3", f"partial_rotary_factor={rotary} (RoPE on part of each head)")
+    window = d.get("sliding_window")
+    fields = _llama({**d, "sliding_window": None, "attention_bias": False, "mlp_bias": False})
+    fields.update(_dropouts("phi3", dropout=[d.get("resid_pdrop", 0.0), d.get("embd_pdrop", 0.0)],
+                            attention_dropout=d.get("attention_dropout", 0.0), activation_dropout=0.0))
+    return fields | (dict(attn_impl="sliding", attn_window=int(window)) if window else {})
+
+
 def _bert(d: dict) -> dict:
     if d.get("position_embedding_type", "absolute") != "absolute":
         _refuse("bert", f"position_embedding_type='{d['position_embedding_type']}'")
@@ -317,7 +331,7 @@ def _albert(d: dict) -> dict:
     )
 
 
-_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _qwen, "qwen3": _qwen,
+_READERS = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _qwen, "qwen3": _qwen, "phi3": _phi3,
             hf_gemma.MODEL_TYPE: lambda d: hf_gemma.read(d, _rope),
             "bert": _bert, "bart": _bart, "t5": _t5,
             "roberta": _roberta, "distilbert": _distilbert, "albert": _albert, **VISION_READERS}

@@ -11,7 +11,8 @@ class Rule:
     """Checkpoint tensor ``hf`` fills our tensors ``ours``.
 
     kind: "copy"; "t" (GPT-2 Conv1D stores weights as (in, out)); "cat" / "cat_t" (one fused
-    tensor holding ours side by side along its last dimension, transposed for weights).
+    tensor holding ours side by side along its last dimension, transposed for weights); "rows" (one fused
+    Linear holding ours one after another along its output rows: Phi-3's qkv_proj and gate_up_proj).
     """
 
     hf: str
