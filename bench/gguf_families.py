@@ -3,7 +3,7 @@ converter made (scripts/gguf_families) and the same models written back by tform
 llama-perplexity beside tformer's perplexity on the same tokens (llama.cpp's protocol: chunks of --ctx tokens, the
 second half of each scored).
 
-    python bench/gguf_families.py                    # llama, qwen2, qwen3, phi3, gpt2; needs bench/build_llamacpp.sh's tools
+    python bench/gguf_families.py     # llama, qwen2, qwen3, phi3, gpt2; needs bench/build_llamacpp.sh's tools
 
 For f32 files the three figures agree within fp32 rounding; a file llama.cpp could not load, or a perplexity that
 differs by more than 0.1%, is printed as such and exits 1. Random tiny models score near their vocabulary's size:

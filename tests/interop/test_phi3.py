@@ -38,7 +38,8 @@ def test_logits_equal_phi3_for_causal_lm(window, tmp_path):
     hf.save_pretrained(tmp_path)
     ours = tformer.load_hf(tmp_path).eval()
     c = ours.config
-    assert (c.attn_impl, c.attn_window, c.n_kv_heads, c.bias) == (("sliding", 5) if window else ("sdpa", None)) + (2, False)
+    want = ("sliding", 5) if window else ("sdpa", None)
+    assert (c.attn_impl, c.attn_window, c.n_kv_heads, c.bias) == (*want, 2, False)
     ids = torch.randint(3, VOCAB, (2, T), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert (ours(ids).logits - hf(ids).logits).abs().max().item() < 1e-5

@@ -387,6 +387,6 @@ def family_for_config(config) -> GgufFamily:
     raise export_refusal(config, f"{have} is neither {wanted}")
 
 
-__all__ = ["EXPORTS", "FAMILIES", "GEMMA3", "GPT2", "HEAD", "LLAMA", "PHI3", "QWEN2", "QWEN3", "READS", "WRITES", "GgufFamily",
-           "GgufTensor",
+__all__ = ["EXPORTS", "FAMILIES", "GEMMA3", "GPT2", "HEAD", "LLAMA", "PHI3", "QWEN2", "QWEN3", "READS", "WRITES",
+           "GgufFamily", "GgufTensor",
            "export_refusal", "family_for_config", "gguf_family"]
