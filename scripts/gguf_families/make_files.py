@@ -34,12 +34,21 @@ QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{
          r"|\s+(?!\S)|\s+")
 COMMON = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
               max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=10000.0)
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 FAMILIES = {
     # name: (transformers class, config fields, pre-tokenizer name and pattern, special tokens, bos, eos, template)
     "llama": ("LlamaForCausalLM", dict(COMMON, model_type="llama", tie_word_embeddings=False), "llama-bpe", LLAMA3,
               ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
               "<|begin_of_text|>", "<|eot_id|>", "meta-llama-Llama-3.2-3B-Instruct.jinja"),
+    # Llama 3.1-3.3's RoPE scaling: converted into per-frequency divisors (rope_freqs); head_dim 32 and an original
+    # context of 256 put two of the 16 frequencies in the blended band, as Llama 3.2's 64-wide heads put several
+    "llama3": ("LlamaForCausalLM", dict(COMMON, model_type="llama", num_attention_heads=2, num_key_value_heads=1,
+                                        max_position_embeddings=1024, tie_word_embeddings=True,
+                                        rope_parameters=LLAMA3_ROPE), "llama-bpe", LLAMA3,
+               ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+               "<|begin_of_text|>", "<|eot_id|>", "meta-llama-Llama-3.2-3B-Instruct.jinja"),
     "qwen2": ("Qwen2ForCausalLM", dict(COMMON, model_type="qwen2", tie_word_embeddings=True), "qwen2", QWEN2,
               QWEN_SPECIAL, None, "<|im_end|>", "Qwen-Qwen2.5-7B-Instruct.jinja"),
     # head_dim 128 as Qwen3-0.6B's (not d_model / heads): transformers' GGUF loader ignores qwen3.attention.key_length
@@ -101,7 +110,8 @@ def model_folder(folder: Path, cls_name: str, fields: dict, vocab: int, bos_id, 
     import transformers
 
     config_cls = transformers.AutoConfig.for_model(fields["model_type"]).__class__
-    config = config_cls(**{k: v for k, v in fields.items() if k != "model_type"}, vocab_size=vocab,
+    skip = {"model_type"} | ({"rope_theta"} if "rope_parameters" in fields else set())  # the theta is in there
+    config = config_cls(**{k: v for k, v in fields.items() if k not in skip}, vocab_size=vocab,
                         bos_token_id=bos_id, eos_token_id=eos_id)
     torch.manual_seed(0)
     model = getattr(transformers, cls_name)(config).eval()

@@ -27,16 +27,24 @@ transformers.logging.set_verbosity_error()
 transformers.logging.disable_progress_bar()
 
 FILES = Path(__file__).resolve().parents[2] / "scripts" / "gguf_families"
-FAMILIES = ("llama", "qwen2", "qwen3", "phi3", "gpt2")
-WRITTEN_AS = {"phi3": "llama"}  # a phi3 file's model is a llama model (gguf_families.PHI3)
+FAMILIES = ("llama", "llama3", "qwen2", "qwen3", "phi3", "gpt2")
+# the file's architecture where it is not the family's name: Llama 3's scaling is llama's with rope_freqs
+ARCHITECTURE = {"llama3": "llama"}
+WRITTEN_AS = {"phi3": "llama", "llama3": "llama"}  # a phi3 file's model is a llama model (gguf_families.PHI3)
+# What the llama3 file was made from (scripts/gguf_families/make_files.py): transformers' GGUF loader reads no
+# rope_freqs, so its model is told; tformer finds these parameters in the file's divisors.
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+HF_OVERRIDES = {"llama3": {"rope_parameters": LLAMA3_ROPE}}
 TEXT = ("Hello  world!\n\n\tdef f(x):\n        return 12345 + 0x2A  # ÄÖÜ café 🦙🚀✅ 我想在apple工作 "
         "I've 'RE 3.14 ...!!!   ")
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2 + 2?"},
         {"role": "assistant", "content": "4."}, {"role": "user", "content": "And 3 + 3?"}]
 
 
-def _hf(folder: Path, name: str):
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32)
+def _hf(folder: Path, name: str, family: str):
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, dtype=torch.float32,
+                                                              **HF_OVERRIDES.get(family, {}))
     return model.eval()
 
 
@@ -44,7 +52,7 @@ def _hf(folder: Path, name: str):
 def family(request):
     name = request.param
     ours, tok = load_gguf(FILES / f"{name}.gguf", tokenizer=True)
-    return name, ours.eval(), tok, _hf(FILES, f"{name}.gguf")
+    return name, ours.eval(), tok, _hf(FILES, f"{name}.gguf", name)
 
 
 def _ids(vocab: int, rows: int = 2, t: int = 40):  # past the window of 16 the phi3 file names (and nobody applies)
@@ -54,14 +62,22 @@ def _ids(vocab: int, rows: int = 2, t: int = 40):  # past the window of 16 the p
 def test_the_file_is_the_family_it_says(family):
     name, ours, _, _ = family
     with open_gguf(FILES / f"{name}.gguf") as f:
-        assert f.metadata["general.architecture"] == name
+        assert f.metadata["general.architecture"] == ARCHITECTURE.get(name, name)
         assert f.metadata["general.file_type"] == 0  # all f32: the converter's --outtype f32
     c = ours.config
-    expected = {"llama": ("rope", "rmsnorm", False, False, False), "qwen2": ("rope", "rmsnorm", True, False, True),
+    expected = {"llama": ("rope", "rmsnorm", False, False, False), "llama3": ("rope", "rmsnorm", False, False, True),
+                "qwen2": ("rope", "rmsnorm", True, False, True),
                 "qwen3": ("rope", "rmsnorm", False, True, False), "phi3": ("rope", "rmsnorm", False, False, False),
                 "gpt2": ("learned", "layernorm", True, False, True)}
     assert (c.position, c.norm, c.qkv_has_bias, c.qk_norm, c.tied_embeddings) == expected[name]
     assert c.attn_impl == "sdpa"  # phi3's attention.sliding_window is read as llama.cpp computes it: not at all
+    if name == "llama3":  # the scaling's parameters, found in the file's rope_freqs
+        spec = LLAMA3_ROPE
+        assert (c.rope_scaling, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                c.rope_original_positions) == ("llama3", spec["factor"], spec["low_freq_factor"],
+                                               spec["high_freq_factor"], spec["original_max_position_embeddings"])
+    else:
+        assert c.rope_scaling == "none"
 
 
 def test_logits_equal_transformers_gguf_loader(family):
@@ -86,7 +102,7 @@ def test_tokenizer_ids_equal_transformers_gguf_tokenizer(family):
     assert tok.decode(ids) == TEXT
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3", "phi3"])
+@pytest.mark.parametrize("name", ["llama", "llama3", "qwen2", "qwen3", "phi3"])
 def test_the_chat_template_renders_as_transformers_renders_it(name):
     _, tok = load_gguf(FILES / f"{name}.gguf", tokenizer=True)
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(FILES), gguf_file=f"{name}.gguf")
@@ -101,7 +117,8 @@ def test_the_chat_template_renders_as_transformers_renders_it(name):
 def test_the_ledger_counts_the_file_s_tensors(family):
     name, ours, _, _ = family
     with open_gguf(FILES / f"{name}.gguf") as f:
-        in_file = sum(int(torch.tensor(info.shape).prod()) for info in f.tensors.values())
+        # every tensor but rope_freqs, Llama 3's RoPE divisors (a constant of the config, not a weight)
+        in_file = sum(int(torch.tensor(info.shape).prod()) for n, info in f.tensors.items() if n != "rope_freqs.weight")
     config = config_from_gguf(FILES / f"{name}.gguf")
     assert ledger(config).params["total"] == in_file == sum(p.numel() for p in ours.parameters())
 
@@ -114,7 +131,11 @@ def test_the_file_tformer_writes_reads_back_in_transformers(family, ggml_type, t
     with open_gguf(out) as f:
         assert f.metadata["general.architecture"] == WRITTEN_AS.get(name, name)
         assert f.metadata["tokenizer.ggml.pre"] == tok.pre
-    back = _hf(tmp_path, out.name)
+    back = _hf(tmp_path, out.name, name)
+    if name == "llama3":  # tformer writes the divisors back: the file's own, to fp32 rounding
+        with open_gguf(out) as f, open_gguf(FILES / f"{name}.gguf") as g:
+            assert torch.allclose(torch.from_numpy(f.raw("rope_freqs.weight").copy()).view(torch.float32),
+                                  torch.from_numpy(g.raw("rope_freqs.weight").copy()).view(torch.float32), rtol=1e-6)
     ids = _ids(ours.config.vocab_size)
     with torch.no_grad():
         ref = hf(ids).logits

@@ -391,7 +391,7 @@ def one_line(exc) -> str:
     (dict(**{**LLAMA, "position": "learned"}), "position='learned' with norm='rmsnorm'"),
     (dict(**GPT2, attn_impl="performer"), "attention kind 'performer'"),
     (dict(**{**GPT2, "activation": "relu"}), "activation='relu'"),
-    (dict(**{**LLAMA, "rope_scaling": "linear", "rope_factor": 2.0}), "RoPE scaling"),
+    (dict(**{**LLAMA, "rope_scaling": "ntk", "rope_factor": 2.0}), "RoPE scaling"),
     (dict(**{**GPT2, "norm_placement": "post"}), "norm_placement"),
     (dict(**{**LLAMA, "quantize": "q4_1"}), "hold q4_1 weights; export the float model (a GGUF file read with "
                                             "--gguf-weights dequantize"),

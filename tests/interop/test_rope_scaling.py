@@ -1,4 +1,4 @@
-"""RoPE scaling equals Hugging Face LLaMA's ``rope_scaling`` (linear, dynamic, yarn) and reaches past
+"""RoPE scaling equals Hugging Face LLaMA's ``rope_scaling`` (linear, dynamic, yarn, llama3) and reaches past
 the trained context; static NTK has no HF type and is checked against its formula.
 
 Each reference is a tiny random LlamaForCausalLM with odd sizes (3 query heads, 1 key/value head,
@@ -34,6 +34,10 @@ CASES = {
                        "rope_theta": 100.0, "beta_fast": 4.0, "beta_slow": 0.5, "attention_factor": 1.2}),
     # DeepSeek-style: the cos/sin scale is a ratio of two mscales, and the file gives no original length.
     "yarn-mscale": (64, {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 0.5}),
+    # Llama 3.1's: a large theta and an original context that puts pairs in all three bands (kept, blended, stretched)
+    # (wavelengths 6.3, 17.7, 49.9, 140.5, ...: under 64 / 4, between, over 64)
+    "llama3": (128, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 64, "rope_theta": 500.0}),
 }
 
 
@@ -158,13 +162,13 @@ def test_static_ntk_has_no_hf_type():
         config_to_hf(ModelConfig(**NATIVE, rope_scaling="ntk", rope_factor=4.0))
 
 
-@pytest.mark.parametrize("kind", ["llama3", "longrope"])
+@pytest.mark.parametrize("kind", ["longrope", "su"])
 def test_unsupported_hf_rope_types_are_refused_in_one_line(kind):
     d = dict(model_type="llama", num_hidden_layers=1, hidden_size=16, num_attention_heads=2, intermediate_size=32,
              vocab_size=20, rope_scaling={"rope_type": kind, "factor": 8.0})
     with pytest.raises(TformerError) as err:
         config_from_hf(d)
-    assert f"rope_type='{kind}'" in str(err.value) and "default, linear, dynamic, yarn" in str(err.value)
+    assert f"rope_type='{kind}'" in str(err.value) and "default, linear, dynamic, yarn, llama3" in str(err.value)
     assert "\n" not in str(err.value)
 
 
@@ -232,3 +236,24 @@ def test_rope_scaling_config_checks():
         ModelConfig(**NATIVE, rope_scaling="yarn", rope_factor=2.0, rope_beta_fast=1.0, rope_beta_slow=2.0)
     with pytest.raises(TformerError, match="needs position='rope'"):
         ModelConfig(**{**NATIVE, "position": "learned"}, rope_scaling="linear", rope_factor=2.0)
+    with pytest.raises(TformerError, match="needs 0 < low < high"):
+        ModelConfig(**NATIVE, rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=4.0,
+                    rope_high_freq_factor=1.0)
+
+
+def test_llama3_keeps_fast_pairs_stretches_slow_ones_and_blends_between():
+    """Against the rule written out: wavelength under original / high kept, over original / low divided by factor,
+    and between 1 / divisor = (1 - s) / factor + s with s = (original / wavelength - low) / (high - low)."""
+    s = RopeScaling("llama3", 8.0, 64, low_freq_factor=1.0, high_freq_factor=4.0)
+    inv, scale = rope_inv_freq(12, 500.0, s)
+    plain, _ = rope_inv_freq(12, 500.0)
+    wavelength = 2 * math.pi / plain
+    assert scale == 1.0
+    for w, got, base in zip(wavelength.tolist(), inv.tolist(), plain.tolist()):
+        if w < 16:
+            assert got == pytest.approx(base)
+        elif w > 64:
+            assert got == pytest.approx(base / 8.0)
+        else:
+            blend = (64 / w - 1.0) / (4.0 - 1.0)
+            assert got == pytest.approx(base * ((1 - blend) / 8.0 + blend), rel=1e-6)

@@ -37,7 +37,7 @@ NORMS = ("layernorm", "rmsnorm", "rmsnorm_offset")
 PLACEMENTS = ("pre", "post", "sandwich")
 LAYER_TYPES = ("full", "sliding")  # layer_types: every key, or the last attn_window keys
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu")  # quick_gelu: x * sigmoid(1.702 x) (CLIP)
-ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn")
+ROPE_SCALINGS = ("none", "linear", "ntk", "dynamic", "yarn", "llama3")
 # Task heads in place of the LM head (tformer.model.task_heads), as Hugging Face's *ForSequenceClassification,
 # *ForTokenClassification and *ForQuestionAnswering; pooling: which vector a sequence classifier reads.
 TASKS = ("", "sequence-classification", "token-classification", "question-answering")
@@ -116,6 +116,10 @@ class ModelConfig:
     rope_beta_fast: float = 32.0  # YaRN: rotations per trained context above which a frequency is kept
     rope_beta_slow: float = 1.0  # YaRN: ... below which it is interpolated fully
     rope_attention_factor: float | None = None  # YaRN: cos/sin scale; None = 0.1 ln(factor) + 1
+    # llama3: frequencies whose wavelength exceeds original / low are divided by rope_factor, those under
+    # original / high kept, a smooth blend between (Llama 3.1-3.3's 1 and 4)
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
     rope_local_theta: float | None = None  # RoPE base of the sliding layers (Gemma 3: 10,000); None = rope_theta
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
@@ -474,6 +478,11 @@ class ModelConfig:
             _whole("rope_original_positions", self.rope_original_positions, low=1)
         if self.rope_attention_factor is not None and not 0 < self.rope_attention_factor < math.inf:
             raise TformerError(f"rope_attention_factor must be a finite positive number, got {self.rope_attention_factor}")
+        if self.rope_scaling == "llama3":
+            low, high = self.rope_low_freq_factor, self.rope_high_freq_factor
+            if not (0 < low < high < math.inf):
+                raise TformerError(f"rope_low_freq_factor={low} and rope_high_freq_factor={high}: llama3 scaling "
+                                   "needs 0 < low < high (Llama 3's 1 and 4)")
         if self.rope_scaling == "yarn" and self.rope_beta_fast < self.rope_beta_slow:
             raise TformerError(f"rope_beta_fast={self.rope_beta_fast} is below rope_beta_slow={self.rope_beta_slow}; "
                                "beta_fast counts the faster rotations (YaRN's defaults: 32 and 1)")

@@ -73,8 +73,9 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
         raise TformerError(f"GGUF file {f.path}: {len(tokens)} tokens in tokenizer.ggml.tokens, but token_embd "
                            f"has {vocab} rows; the file is damaged")
     scaling = f.metadata.get(a + "rope.scaling.type", "none")
-    if scaling not in ("none", None):
-        raise TformerError(f"GGUF file {f.path}: RoPE scaling '{scaling}' is not supported yet (only plain RoPE)")
+    if scaling not in ("none", None, "linear"):
+        raise TformerError(f"GGUF file {f.path}: RoPE scaling '{scaling}' is not supported yet (plain, linear, and "
+                           "Llama 3's rope_freqs)")
     config = {
         "model_type": family.hf_model_type,
         "_name_or_path": f.metadata.get("general.name") or f.path.stem,
@@ -95,6 +96,11 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
     key_length = f.metadata.get(a + "attention.key_length")
     if key_length is not None:
         config["head_dim"] = _meta(f, a + "attention.key_length", int, low=1)
+    if scaling == "linear":
+        config["rope_parameters"] = {"rope_type": "linear", "rope_theta": config["rope_theta"],
+                                     "factor": _meta(f, a + "rope.scaling.factor", float, low=1.0)}
+    if "rope_freqs.weight" in f.tensors:
+        config["rope_parameters"] = _llama3_rope(f, config)
     for ours, key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
                       ("pad_token_id", "padding_token_id")):
         value = f.metadata.get(f"tokenizer.ggml.{key}")
@@ -105,6 +111,44 @@ def hf_config_from_gguf(f: GGUFFile) -> dict:
                                    f"of {vocab}; the file is damaged")
             config[ours] = value
     return config
+
+
+def _llama3_rope(f: GGUFFile, config: dict) -> dict:
+    """Llama 3.1-3.3's RoPE scaling from the per-frequency divisors llama.cpp's converter stores (rope_freqs): factor
+    = the largest divisor; low_freq_factor 1 (every release's); original context and high_freq_factor from the
+    blended frequencies, whose 1 / divisor is linear in original / wavelength. Checked: the parameters must give the
+    file's divisors back, else the file holds something else and is refused."""
+    info = f.tensors["rope_freqs.weight"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    if info.ggml_type != "F32" or tuple(info.shape) != (head_dim // 2,):
+        raise TformerError(f"GGUF file {f.path}: rope_freqs is {info.ggml_type} {tuple(info.shape)}, not F32 "
+                           f"({head_dim // 2},); the file is damaged")
+    divisors = np.frombuffer(f.raw("rope_freqs.weight").tobytes(), dtype=np.float32).astype(np.float64)
+    theta = config["rope_theta"]
+    wavelength = 2 * math.pi * theta ** (np.arange(0, head_dim, 2) / head_dim)
+    factor = float(divisors.max())
+    blend = (1 / divisors - 1 / factor) / (1 - 1 / factor) if factor > 1 else np.ones_like(divisors)
+    medium = (divisors > 1 + 1e-6) & (divisors < factor * (1 - 1e-6))
+    low, high = 1.0, 4.0
+    if medium.sum() >= 2:  # original / wavelength = low + blend (high - low): two unknowns, least squares
+        rows = np.stack([1 / wavelength[medium], -blend[medium]], axis=1)
+        (original, spread), *_ = np.linalg.lstsq(rows, np.full(int(medium.sum()), low), rcond=None)
+        high = low + spread
+    elif medium.any():
+        original = (low + blend[medium][0] * (high - low)) * wavelength[medium][0]
+    else:  # no blended frequency: any original between the kept and the stretched wavelengths gives the same
+        kept, stretched = wavelength[divisors <= 1 + 1e-6], wavelength[divisors > 1 + 1e-6]
+        original = float(np.sqrt(high * kept.max() * stretched.min())) if len(kept) and len(stretched) else 8192.0
+    # rounded as a config.json holds them (the divisors are float32: 3.9999992 is Llama's 4)
+    spec = {"rope_type": "llama3", "rope_theta": theta, "factor": round(factor, 4), "low_freq_factor": low,
+            "high_freq_factor": round(float(high), 4), "original_max_position_embeddings": int(round(float(original)))}
+    # the parameters found must give the file's divisors back
+    s = np.clip((spec["original_max_position_embeddings"] / wavelength - low) / (spec["high_freq_factor"] - low), 0, 1)
+    again = 1 / ((1 - s) / spec["factor"] + s)
+    if not (high > low and np.allclose(again, divisors, rtol=1e-4)):
+        raise TformerError(f"GGUF file {f.path}: its rope_freqs are not Llama 3's scaling rule; tformer does not "
+                           "support other RoPE frequency factors yet")
+    return spec
 
 
 def config_from_gguf(name_or_path: str | Path) -> ModelConfig:

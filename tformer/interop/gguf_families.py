@@ -140,8 +140,8 @@ def _llama_refusal(config) -> str | None:
     if not (config.gated_mlp and config.activation == "silu"):
         return (f"llama.cpp's llama computes a SwiGLU MLP (silu, gated); this one is "
                 f"activation='{config.activation}', gated_mlp={config.gated_mlp}")
-    if config.rope_scaling != "none":
-        return f"RoPE scaling '{config.rope_scaling}' is not written yet (plain RoPE only)"
+    if config.rope_scaling not in ("none", "linear", "llama3"):
+        return f"RoPE scaling '{config.rope_scaling}' is not written yet (plain, linear and llama3 are)"
     return None
 
 
@@ -151,6 +151,9 @@ def _llama_metadata(config) -> list[tuple[str, object, str]]:
            ("rope.freq_base", float(config.rope_theta), "f32"),
            # llama.cpp rotates the whole head and checks that the file says so
            ("rope.dimension_count", config.head_dim, "u32")]
+    if config.rope_scaling == "linear":
+        out += [("rope.scaling.type", "linear", "string"), ("rope.scaling.factor", float(config.rope_factor), "f32")]
+    # llama3: no key; its per-frequency divisors are the rope_freqs tensor (gguf_write)
     if config.head_dim * config.n_heads != config.d_model:  # else llama.cpp derives it
         out += [("attention.key_length", config.head_dim, "u32"), ("attention.value_length", config.head_dim, "u32")]
     return out

@@ -59,6 +59,8 @@ def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None
     n_layers, family = f.metadata[f"{reading_family(f).name}.block_count"], reading_family(f)  # checked by the config
     sd = {}
     for name, info in f.tensors.items():
+        if name == "rope_freqs.weight":  # Llama 3's RoPE scaling, read into the config (gguf_config._llama3_rope)
+            continue
         hf, row = _hf_name(f, name, n_layers, family)
         if kept and name in kept:  # token_embd kept is the tied head's, whose blocks the lookup reads too
             sd[hf] = torch.empty(info.shape, device="meta")
@@ -86,9 +88,6 @@ def _hf_name(f: GGUFFile, name: str, n_layers: int, family: GgufFamily) -> tuple
             raise TformerError(f"GGUF file {f.path}: tensor {name} is not part of a {what} model with "
                                f"{n_layers} layers; the file is damaged or of another architecture")
         return f"{family.hf_layer_prefix}.{int(index)}.{layer[rest].hf}", layer[rest]
-    if name == "rope_freqs.weight":
-        raise TformerError(f"GGUF file {f.path} carries rope_freqs (llama 3's RoPE scaling), which tformer "
-                           "does not support yet")
     if name.startswith("rope_factors_"):
         raise TformerError(f"GGUF file {f.path} carries {name} (Phi-3's LongRoPE, the 128k models), which tformer "
                            "does not support yet; the 4k models read")

@@ -67,6 +67,7 @@ from tformer.interop.gguf_vocab import (
     _vocabulary,
 )
 from tformer.interop.hf_config import config_to_hf
+from tformer.model.position import RopeScaling, llama3_freq_factors
 
 # --type -> the ggml type of the matrices, and llama.cpp's general.file_type (llama_ftype) for a file of them.
 TYPES = {"f32": "F32", "f16": "F16", "q8_0": "Q8_0", "q4_1": "Q4_1"}
@@ -204,6 +205,9 @@ def _plan(model, config, family: GgufFamily, ggml_type: str) -> tuple[list[_Tens
                 (sum(t.shape[0] for t in parts), parts[0].shape[1]))
         else:
             direct(name, ours[0], row.matrix)
+    if config.rope_scaling == "llama3":  # Llama 3's RoPE scaling as llama.cpp reads it: each frequency's divisor
+        factors = llama3_freq_factors(config.head_dim, config.rope_theta, RopeScaling.from_config(config))
+        add("rope_freqs.weight", lambda: factors, factors.shape, matrix=False)
     head = state.get("lm_head.weight")
     if head is not None:
         tied = config.tied_embeddings and (head.data_ptr() == state["tok_embed.weight"].data_ptr()

@@ -76,8 +76,8 @@ def _gpt2(d: dict) -> dict:
     )
 
 
-# HF rope_type -> our rope_scaling. llama3 and longrope reshape frequencies in ways our model does not.
-_ROPE_TYPES = {"default": "none", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn"}
+# HF rope_type -> our rope_scaling. longrope (Phi-3's 128k) reshapes frequencies in ways our model does not.
+_ROPE_TYPES = {"default": "none", "linear": "linear", "dynamic": "dynamic", "yarn": "yarn", "llama3": "llama3"}
 _ROPE_TYPES_OUT = {ours: hf for hf, ours in _ROPE_TYPES.items()}
 
 
@@ -95,6 +95,15 @@ def _rope(d: dict) -> dict:
         if spec.get("factor") is None:
             raise TformerError(f"{mt} rope_scaling of rope_type '{kind}' has no factor; is the file complete?")
         out["rope_factor"] = float(spec["factor"])
+    elif kind == "llama3":
+        missing = [k for k in ("factor", "original_max_position_embeddings") if spec.get(k) is None]
+        if missing:
+            raise TformerError(f"{mt} rope_scaling of rope_type 'llama3' has no {' or '.join(missing)}; is the file "
+                               "complete?")
+        out.update(rope_factor=float(spec["factor"]),
+                   rope_original_positions=int(spec["original_max_position_embeddings"]),
+                   rope_low_freq_factor=float(spec.get("low_freq_factor", 1.0)),
+                   rope_high_freq_factor=float(spec.get("high_freq_factor", 4.0)))
     elif kind == "yarn":
         if spec.get("truncate", True) is False:
             _refuse(mt, "rope_scaling truncate=false (YaRN with an unrounded ramp)")
@@ -121,6 +130,9 @@ def _rope_out(c: ModelConfig) -> dict:
     spec: dict[str, Any] = {"rope_type": _ROPE_TYPES_OUT[c.rope_scaling]}
     if c.rope_scaling != "none":
         spec["factor"] = c.rope_factor
+    if c.rope_scaling == "llama3":
+        spec.update(low_freq_factor=c.rope_low_freq_factor, high_freq_factor=c.rope_high_freq_factor,
+                    original_max_position_embeddings=c.rope_original_positions or c.max_positions)
     if c.rope_scaling == "yarn":
         spec.update(beta_fast=c.rope_beta_fast, beta_slow=c.rope_beta_slow)
         if c.rope_original_positions is not None:

@@ -53,8 +53,9 @@ class RopeScaling:
     """How RoPE reaches past the context it was trained at (the config's rope_* fields).
 
     kind: none, linear (positions / factor), ntk (theta * factor^(d/(d-2))), dynamic (theta grows
-    with the sequence once it passes original_positions) or yarn (per-frequency blend of the two
-    plus a cos/sin scale). Numbers follow Hugging Face's modeling_rope_utils, so imported
+    with the sequence once it passes original_positions), yarn (per-frequency blend of the two
+    plus a cos/sin scale) or llama3 (Llama 3.1's: slow frequencies / factor, fast ones kept, a blend
+    between). Numbers follow Hugging Face's modeling_rope_utils, so imported
     ``rope_scaling`` checkpoints compute the same angles.
     """
 
@@ -64,12 +65,15 @@ class RopeScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
 
     @classmethod
     def from_config(cls, config) -> "RopeScaling":
         # None means the model was trained at max_positions: HF's default for yarn, and what dynamic always uses.
         return cls(config.rope_scaling, config.rope_factor, config.rope_original_positions or config.max_positions,
-                   config.rope_beta_fast, config.rope_beta_slow, config.rope_attention_factor)
+                   config.rope_beta_fast, config.rope_beta_slow, config.rope_attention_factor,
+                   config.rope_low_freq_factor, config.rope_high_freq_factor)
 
 
 NO_SCALING = RopeScaling()
@@ -101,6 +105,18 @@ def _yarn_inv_freq(head_dim: int, theta: float, s: RopeScaling, device) -> torch
     return 1.0 / (s.factor * powers) * (1 - keep) + 1.0 / powers * keep
 
 
+def llama3_freq_factors(head_dim: int, theta: float, s: RopeScaling) -> torch.Tensor:
+    """What each of the head_dim/2 frequencies is divided by under llama3 scaling (head_dim/2,) float32: a wavelength
+    longer than original / low_freq_factor turns too few times in the trained context to have learnt positions
+    beyond it, so it is stretched by the whole factor; one shorter than original / high_freq_factor is kept (it
+    encodes local order); between, 1 / divisor blends 1 / factor and 1 linearly in original / wavelength. (What
+    llama.cpp's converter stores as rope_freqs.)"""
+    wavelength = 2 * math.pi / _default_inv_freq(head_dim, theta, None).double()
+    blend = ((s.original_positions / wavelength - s.low_freq_factor)
+             / (s.high_freq_factor - s.low_freq_factor)).clamp(0, 1)  # 0: stretch, 1: keep
+    return (1 / ((1 - blend) / s.factor + blend)).float()
+
+
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling = NO_SCALING, seq_len: int = 0,
                   device=None) -> tuple[torch.Tensor, float]:
     """(inverse frequencies (head_dim/2,) float32, cos/sin scale) for a sequence of ``seq_len`` positions.
@@ -117,6 +133,9 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling = NO_SCALING
         n = torch.tensor(float(seq_len), dtype=torch.float32)
         grow = (factor * n / scaling.original_positions - (factor - 1)) ** (head_dim / (head_dim - 2))
         return _default_inv_freq(head_dim, (theta * grow).to(device), device), 1.0
+    if kind == "llama3":
+        divisor = llama3_freq_factors(head_dim, theta, scaling).to(device)
+        return _default_inv_freq(head_dim, theta, device) / divisor, 1.0
     if kind == "yarn":
         scale = scaling.attention_factor if scaling.attention_factor is not None else yarn_attention_factor(factor)
         return _yarn_inv_freq(head_dim, theta, scaling, device), scale
