@@ -21,6 +21,7 @@ from tformer.interop.gguf_config import config_from_gguf
 from tformer.interop.gguf_file import open_gguf
 from tformer.interop.gguf_model import load_gguf
 from tformer.interop.gguf_write import save_gguf
+from tformer.model import ggml_kernel
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -143,3 +144,6 @@ def test_the_file_tformer_writes_reads_back_in_transformers(family, ggml_type, t
         if ggml_type == "q8_0" and name != "gpt2":  # the blocks kept give the widened blocks' numbers
             kept = load_gguf(out, weights="keep").eval()
             assert (kept(ids).logits - back(ids).logits).abs().max().item() < 1e-4
+            if ggml_kernel.available():  # and the block kernel, activations rounded to 8 bits, about them
+                kernel = load_gguf(out, weights="kernel").eval()
+                assert (kernel(ids).logits - kept(ids).logits).abs().max().item() < 0.1
