@@ -3,7 +3,7 @@ converter made (scripts/gguf_families) and the same models written back by tform
 llama-perplexity beside tformer's perplexity on the same tokens (llama.cpp's protocol: chunks of --ctx tokens, the
 second half of each scored).
 
-    python bench/gguf_families.py     # llama, llama3, qwen2, qwen3, phi3, gpt2; needs bench/build_llamacpp.sh's tools
+    python bench/gguf_families.py     # llama, llama3, mistral, qwen2, qwen3, phi3, gpt2; needs bench/build_llamacpp.sh's tools
 
 For f32 files the three figures agree within fp32 rounding; a file llama.cpp could not load, or a perplexity that
 differs by more than 0.1%, is printed as such and exits 1. Random tiny models score near their vocabulary's size:
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llamacpp import DEFAULT_BIN, llama_perplexity  # noqa: E402  (bench/llamacpp.py)
 
 FILES = Path(__file__).resolve().parent.parent / "scripts" / "gguf_families"
-FAMILIES = ("llama", "llama3", "qwen2", "qwen3", "phi3", "gpt2")  # phi3 is written back as llama (gguf_families.PHI3)
+FAMILIES = ("llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gpt2")  # phi3 is written back as llama (gguf_families.PHI3)
 # A text the tiny tokenizers cover (they learned from much the same), long enough for a few chunks.
 TEXT = ("The quick brown fox jumps over the lazy dog. It's 12:45 and the 3 cats've eaten 1,234 treats! "
         "Beautiful is better than ugly. Explicit is better than implicit. Simple is better than complex. "

@@ -49,6 +49,11 @@ FAMILIES = {
                                         rope_parameters=LLAMA3_ROPE), "llama-bpe", LLAMA3,
                ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
                "<|begin_of_text|>", "<|eot_id|>", "meta-llama-Llama-3.2-3B-Instruct.jinja"),
+    # Mistral without its window (llama.cpp files Mistral 7B as llama: no window key) and linear RoPE scaling
+    "mistral": ("MistralForCausalLM", dict(COMMON, model_type="mistral", sliding_window=None, tie_word_embeddings=False,
+                                           rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                                            "factor": 2.0}), "llama-bpe", LLAMA3,
+                ["<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>", "Mistral-Small-3.2-24B-Instruct-2506.jinja"),
     "qwen2": ("Qwen2ForCausalLM", dict(COMMON, model_type="qwen2", tie_word_embeddings=True), "qwen2", QWEN2,
               QWEN_SPECIAL, None, "<|im_end|>", "Qwen-Qwen2.5-7B-Instruct.jinja"),
     # head_dim 128 as Qwen3-0.6B's (not d_model / heads): transformers' GGUF loader ignores qwen3.attention.key_length

@@ -28,15 +28,17 @@ transformers.logging.set_verbosity_error()
 transformers.logging.disable_progress_bar()
 
 FILES = Path(__file__).resolve().parents[2] / "scripts" / "gguf_families"
-FAMILIES = ("llama", "llama3", "qwen2", "qwen3", "phi3", "gpt2")
-# the file's architecture where it is not the family's name: Llama 3's scaling is llama's with rope_freqs
-ARCHITECTURE = {"llama3": "llama"}
-WRITTEN_AS = {"phi3": "llama", "llama3": "llama"}  # a phi3 file's model is a llama model (gguf_families.PHI3)
-# What the llama3 file was made from (scripts/gguf_families/make_files.py): transformers' GGUF loader reads no
-# rope_freqs, so its model is told; tformer finds these parameters in the file's divisors.
+FAMILIES = ("llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gpt2")
+# the file's architecture where it is not the family's name: Llama 3's scaling is llama's with rope_freqs, and
+# llama.cpp's converter files Mistral as llama
+ARCHITECTURE = {"llama3": "llama", "mistral": "llama"}
+WRITTEN_AS = {"phi3": "llama", "llama3": "llama", "mistral": "llama"}  # a phi3 file's model is a llama model
+# What the llama3 and mistral files were made from (scripts/gguf_families/make_files.py): transformers' GGUF loader
+# reads neither rope_freqs nor rope.scaling.*, so its model is told; tformer reads them from the file.
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
-HF_OVERRIDES = {"llama3": {"rope_parameters": LLAMA3_ROPE}}
+LINEAR_ROPE = {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}
+HF_OVERRIDES = {"llama3": {"rope_parameters": LLAMA3_ROPE}, "mistral": {"rope_parameters": LINEAR_ROPE}}
 TEXT = ("Hello  world!\n\n\tdef f(x):\n        return 12345 + 0x2A  # ÄÖÜ café 🦙🚀✅ 我想在apple工作 "
         "I've 'RE 3.14 ...!!!   ")
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2 + 2?"},
@@ -67,6 +69,7 @@ def test_the_file_is_the_family_it_says(family):
         assert f.metadata["general.file_type"] == 0  # all f32: the converter's --outtype f32
     c = ours.config
     expected = {"llama": ("rope", "rmsnorm", False, False, False), "llama3": ("rope", "rmsnorm", False, False, True),
+                "mistral": ("rope", "rmsnorm", False, False, False),
                 "qwen2": ("rope", "rmsnorm", True, False, True),
                 "qwen3": ("rope", "rmsnorm", False, True, False), "phi3": ("rope", "rmsnorm", False, False, False),
                 "gpt2": ("learned", "layernorm", True, False, True)}
@@ -77,6 +80,8 @@ def test_the_file_is_the_family_it_says(family):
         assert (c.rope_scaling, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
                 c.rope_original_positions) == ("llama3", spec["factor"], spec["low_freq_factor"],
                                                spec["high_freq_factor"], spec["original_max_position_embeddings"])
+    elif name == "mistral":
+        assert (c.rope_scaling, c.rope_factor) == ("linear", LINEAR_ROPE["factor"])
     else:
         assert c.rope_scaling == "none"
 
@@ -103,7 +108,7 @@ def test_tokenizer_ids_equal_transformers_gguf_tokenizer(family):
     assert tok.decode(ids) == TEXT
 
 
-@pytest.mark.parametrize("name", ["llama", "llama3", "qwen2", "qwen3", "phi3"])
+@pytest.mark.parametrize("name", ["llama", "llama3", "mistral", "qwen2", "qwen3", "phi3"])
 def test_the_chat_template_renders_as_transformers_renders_it(name):
     _, tok = load_gguf(FILES / f"{name}.gguf", tokenizer=True)
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(FILES), gguf_file=f"{name}.gguf")
@@ -128,6 +133,10 @@ def test_the_ledger_counts_the_file_s_tensors(family):
 def test_the_file_tformer_writes_reads_back_in_transformers(family, ggml_type, tmp_path):
     name, ours, tok, hf = family
     out = tmp_path / f"{name}-{ggml_type}.gguf"
+    # general.name "tiny-<family>", as the converter's: transformers' loader reads a llama file whose name is exactly
+    # "mistral" as its own mistral type, which its GGUF tables then lack (and llama.cpp gives a model named "phi3"
+    # Phi-3's SentencePiece tokens by name)
+    ours.config = ours.config.replace(name=f"tiny-{name}".replace("phi3", "phi"))
     save_gguf(ours, out, ggml_type, tokenizer=tok)
     with open_gguf(out) as f:
         assert f.metadata["general.architecture"] == WRITTEN_AS.get(name, name)
