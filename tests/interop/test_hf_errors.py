@@ -155,7 +155,7 @@ BASE = {
 
 
 @pytest.mark.parametrize("family,changes,expected", [
-    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_type='llama3'"),
+    ("llama", {"rope_scaling": {"rope_type": "longrope", "factor": 8.0}}, "rope_type='longrope'"),
     ("llama", {"attention_bias": True, "mlp_bias": False}, "one bias switch"),
     ("llama", {"hidden_act": "quick_gelu"}, "activation 'quick_gelu' is not supported"),
     ("bert", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
