@@ -183,3 +183,22 @@ def test_bench_measures_the_block_kernel_per_layout():
     p = bench_gemv_blocks("q4_k", 64, 512, rows=1, reps=3, min_rep_s=0.002, count=2)
     assert p.dtype == "q4_k" and p.weight_bytes == 64 * 2 * 144 and p.k == 512
     assert p.bytes_per_s == pytest.approx(p.weight_bytes / p.median_s)
+
+
+def test_a_block_kernel_call_costs_a_fixed_time_plus_its_bytes():
+    """Device.call_rate fits t = fixed + bytes / rate on the layout's square-W points, so a small matrix reads far
+    below a large one's rate (as the kernel does: dispatch, activation rounding and waking its threads per call)."""
+    fixed, rate, per_weight = 5e-6, 25e9, 20 / 32  # q4_1: 20 bytes per 32 weights
+    points = [[1, k, (k * k * per_weight) / (fixed + k * k * per_weight / rate)] for k in (256, 768, 2048, 4096)]
+    points += [[8, k, bw / 4] for _, k, bw in points]
+    dev = _device({**GEMV, "q4_1": points})
+    for nbytes in (40_000, 207_360, 5_000_000):
+        assert dev.call_rate("q4_1", 1, nbytes) == pytest.approx(nbytes / (fixed + nbytes / rate), rel=1e-6)
+    assert dev.call_rate("q4_1", 1, 40_000) < 0.35 * dev.call_rate("q4_1", 1, 5_000_000)
+    assert dev.call_rate("q4_1", 8, 207_360) == pytest.approx(dev.call_rate("q4_1", 1, 207_360) / 4, rel=1e-6)
+    assert dev.call_rate("fp32", 1, 207_360) is None and dev.call_rate("q6_k", 1, 207_360) is None
+    # an op kept in q4_1 reads at its own size's rate in the roofline
+    from dataclasses import replace
+    op = replace(_linear(1, k=576, n=192), weight_layout="q4_1", weight_bytes=576 * 192 * 20 // 32)
+    assert measured_op_time(op, dev, "fp32", 5e10)[0] == pytest.approx(
+        op.bytes / dev.call_rate("q4_1", 1, op.weight_bytes) + 3e-6)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from tformer.core.quant_formats import GGML_BLOCKS
+
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 DTYPE_BITS = {"fp64": 64, "fp32": 32, "tf32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8}
 
@@ -118,6 +120,34 @@ class Device:
                 return None
             cls = covering[0]
         return _interp_log([[kk, bw] for r, kk, bw in points if int(r) == cls], float(k))
+
+    def call_rate(self, layout: str, rows: int, weight_bytes: int) -> float | None:
+        """Measured bytes/s of one block-kernel call reading ``weight_bytes`` of a ``layout`` matrix (a kept GGUF
+        block format) at ``rows`` rows: a call costs a fixed time (the dispatch, rounding the activations, waking
+        the kernel's threads) plus its bytes at a stream rate, both fitted by least squares on the measured points
+        of that layout and row class (square W of k x k, its bytes known from the format). A small matrix (a 576 x 192
+        K projection) then reads far below a large one's rate, as it does. None when fewer than two points of that
+        class were measured, or the layout is not a block format (gemv_rate then)."""
+        block = GGML_BLOCKS.get(layout.upper())
+        points = self.gemv_bandwidth.get(layout) or []
+        if block is None or weight_bytes <= 0 or rows < 1 or not points:
+            return None
+        classes = sorted({int(r) for r, _, _ in points if int(r) >= rows}) or [None]
+        cls = 1 if rows == 1 else classes[0]
+        calls = [(k * k * block[1] / block[0], k * k * block[1] / block[0] / bw) for r, k, bw in points
+                 if int(r) == cls and bw > 0]
+        if len(calls) < 2:
+            return None
+        n = len(calls)
+        mean_b, mean_t = sum(b for b, _ in calls) / n, sum(t for _, t in calls) / n
+        spread = sum((b - mean_b) ** 2 for b, _ in calls)
+        per_byte = sum((b - mean_b) * (t - mean_t) for b, t in calls) / spread if spread else 0.0
+        fixed = mean_t - per_byte * mean_b
+        if per_byte <= 0:
+            return None
+        if fixed < 0:  # no measurable fixed cost: the rate through the origin
+            fixed, per_byte = 0.0, sum(t for _, t in calls) / sum(b for b, _ in calls)
+        return weight_bytes / (fixed + weight_bytes * per_byte)
 
     def elementwise_rate(self, kernel: str, elements: int) -> float | None:
         """Measured bytes/s of an element-wise ``kernel`` with ``elements`` outputs (log-interpolated in

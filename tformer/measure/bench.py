@@ -181,6 +181,9 @@ def bench_stream(device: str, elements: int, reps: int = 5, min_rep_s: float = 0
 # plain F.linear (BLAS, one thread for one row): 1 row 11 GB/s at k = 768 to 18 at k = 4096, 8 rows
 # 3-6 GB/s. 8 rows is a common decode batch (bench/decode_speed.py runs batch 1 and 8).
 GEMV_POINTS = tuple((rows, k) for rows in (1, 8) for k in (768, 2048, 4096))
+# The block kernel also on a small W (256 x 256): its points fit a per-call cost beside a stream rate
+# (Device.call_rate), and a small model's 576 x 192 projections sit near that end.
+KERNEL_POINTS = tuple((rows, k) for rows in (1, 8) for k in (256, 768, 2048, 4096))
 # bf16 GEMV on a CPU without native bf16 runs through a conversion path, compute-bound and slow:
 # measured on GPUs only, where it is cheap and decode commonly runs in bf16.
 GEMV_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "bf16")}
@@ -471,7 +474,7 @@ def _run_devices(devs, quick, dtypes, sizes, n_reps, min_rep_s, max_call_s, stre
                 # activations, waking the pool) counts as it does on a small model's q/k/v/o products.
                 for layout in KEPT_BLOCKS:
                     per_block, block_bytes = GGML_BLOCKS[layout.upper()]
-                    for rows, k in GEMV_POINTS:
+                    for rows, k in KERNEL_POINTS:
                         row_bytes = k // per_block * block_bytes
                         n = max(1, min(k, total // row_bytes))
                         count = max(1, math.ceil(total / (n * row_bytes)))
