@@ -278,7 +278,8 @@ def main(argv=None) -> int:
             except Exception as exc:  # a compile failure is a figure too: say it and go on
                 rows[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 continue
-            pred = predict_decode_step(model.config, device, compiled=how == "compiled").to_dict()
+            pred = predict_decode_step(model.config, device, compiled=how == "compiled",
+                                       row_exact=fmt == "block-kernel").to_dict()
             with threads_for(fmt, threads):
                 products, nbytes = products_time(model)
             rows[mode].update(pred, roofline_tg128=bw / pred["bytes_read"], products_s=products,

@@ -40,6 +40,8 @@ def test_compiled_terms_add_up_to_the_roofline_with_the_per_call_cost():
     bare = roofline(book, replace(device, call_overhead_s=None))
     assert p.products_s == pytest.approx(sum(t.time_s for op, t in zip(book.ops, bare.ops) if op in weights))
     assert 0 < p.others_s < p.products_s and p.bytes_read == sum(op.bytes_read for op in book.ops)
+    attention = [op for op in book.ops if op.kind in ("scores", "softmax", "context")]
+    assert p.attention_s == pytest.approx(sum(t.time_s for op, t in zip(book.ops, bare.ops) if op in attention))
 
 
 def test_kept_blocks_read_at_their_layout_s_rate_and_eager_glue_is_taken_as_given():
@@ -61,3 +63,19 @@ def test_a_device_without_measured_roofs_is_refused():
     bare = Device("unknown", "spec", {}, bandwidth=None, source="test")
     with pytest.raises(ValueError, match="no measured roofs"):
         predict_decode_step(_config(), bare, compiled=True)
+
+
+def test_row_exact_attention_is_the_routine_timed_at_the_model_s_heads(monkeypatch):
+    from tformer.measure import step_prediction
+    from tformer.model import ggml_kernel
+
+    if not ggml_kernel.available():
+        pytest.skip(ggml_kernel.unavailable_reason())
+    config = _config()
+    one = step_prediction.row_exact_call_s(config, 64)
+    assert 1e-7 < one < 1e-2  # one decode query's C call: microseconds
+    monkeypatch.setattr(step_prediction, "row_exact_call_s", lambda c, context: 3e-5 if c is config else None)
+    p = predict_decode_step(config, _device(), compiled=True, context=64, row_exact=True)
+    plain = predict_decode_step(config, _device(), compiled=True, context=64)
+    assert p.attention_s == pytest.approx(config.n_layers * 3e-5)  # one call per layer, in place of the roofline's
+    assert (p.products_s, p.others_s, p.fixed_s) == (plain.products_s, plain.others_s, plain.fixed_s)

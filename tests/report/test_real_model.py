@@ -74,7 +74,8 @@ def test_the_eager_step_is_explained_in_named_terms(built):
     fp32 = rows["fp32"]
     assert fp32["measured_step_s"] == pytest.approx(1 / ctx.data["real_model"]["decode_tokens_per_s"])
     for r in steps["rows"]:
-        terms = r["predicted_products_s"] + r["predicted_others_s"] + r["predicted_fixed_s"]
+        terms = (r["predicted_products_s"] + r["predicted_attention_s"] + r["predicted_others_s"]
+                 + r["predicted_fixed_s"])
         assert r["predicted_step_s"] == pytest.approx(terms) and r["predicted_fixed_s"] > 0
         assert r["predicted_fixed_s"] == pytest.approx(r["ops"] * r["per_op_s"])
     if ggml_kernel.available():

@@ -146,7 +146,8 @@ def _explained_steps(ctx, real: RealModel, model, prompt: list[int], fp32_rate: 
         kept = load_gguf(real.name, weights="kernel")
         rate = generate(kept, [prompt], max_new_tokens=REPLY_TOKENS, stop_tokens=[]).decode_tokens_per_s
         # the same framework glue per op as the fp32 row: the skeleton is fp32 whatever the weights' format
-        kernel = predict_decode_step(kept.config, ctx.measured, compiled=False, glue=(fp32.per_op_s, fp32.how))
+        kernel = predict_decode_step(kept.config, ctx.measured, compiled=False, glue=(fp32.per_op_s, fp32.how),
+                                     row_exact=True)
         out["rows"].append({"weights": f"{real.file_label.removeprefix('the file: ')} (block kernel)",
                             "measured_step_s": 1 / rate, **kernel.to_dict()})
     finally:
@@ -202,18 +203,20 @@ def _explain_steps(sec: Section, steps: dict, data: dict) -> None:
     if not steps["rows"]:
         sec.text(f"No predicted step: {steps.get('skip', 'not measured')}.")
         return
-    sec.table(["weights", "measured step", "weight products", "other ops", "fixed cost", "predicted step",
-               "predicted / measured"],
+    sec.table(["weights", "measured step", "weight products", "attention", "other ops", "fixed cost",
+               "predicted step", "predicted / measured"],
               [[r["weights"], _ms(r["measured_step_s"]), _ms(r["predicted_products_s"]),
-                _ms(r["predicted_others_s"]),
+                _ms(r["predicted_attention_s"]), _ms(r["predicted_others_s"]),
                 f"{_ms(r['predicted_fixed_s'])} ({r['ops']} ops x {r['per_op_s'] * 1e6:.1f} µs)",
                 _ms(r["predicted_step_s"]), f"{r['predicted_step_s'] / r['measured_step_s']:.2f}"]
                for r in steps["rows"]],
               caption=f"One eager decode step at context {CONTEXT}, batch 1, measured here and predicted by the "
-                      "ledger in three terms: the weight products at the rate this machine's profile measured for "
-                      "their layout (fp32 GEMV, or the block kernel on the file's own blocks), every other op at its "
-                      "measured kernel or stream rate, and a fixed cost per ledger op: the framework's glue "
-                      "(Python, module calls, the dispatcher, views), measured on the model's skeleton")
+                      "ledger in named terms: the weight products at the rate this machine's profile measured for "
+                      "their layout and size (fp32 GEMV, or the block kernel on the file's own blocks: a fixed cost "
+                      "per call plus a stream rate), attention (the roofline's in fp32; on the kernel's path the "
+                      "row-exact routine timed at the model's heads), every other op at its measured kernel or "
+                      "stream rate, and a fixed cost per ledger op: the framework's glue (Python, module calls, the "
+                      "dispatcher, views), measured on the model's skeleton")
     sec.text(f"The fixed cost is the term the roofline alone leaves out: {steps['per_op_how']}. It is most of a "
              "small model's eager step; a compiled step pays the profile's bare per-call cost instead (`python "
              "bench/llamacpp.py` predicts and measures the compiled rows beside llama.cpp)."
