@@ -126,7 +126,7 @@ def gguf_export_family(config) -> GgufFamily:
     if why:
         raise _refuse(config, why)
     # Every other field (norm placement, a final norm, scaled embeddings, grouped heads on gpt2, ...) against what
-    # the Hugging Face family of the same name holds: llama.cpp's llama and gpt2 hold the same models.
+    # the Hugging Face family of the same name holds: llama.cpp's families hold the same models.
     # gpt2's biases are written as zeros when the model has none; the exact attention kinds compute the same
     plain = config.replace(attn_impl="sdpa", **({"bias": True} if family.zero_biases else {}))
     with warnings.catch_warnings():
