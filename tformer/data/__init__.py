@@ -1,7 +1,8 @@
 """Data: corpora and weights fetched from package registries (pinned, cached), tokenizers, token
 streams, batches.
 
-Modules: batch (the Batch a runner's loss reads, and example_batch: one of the right shape for timing), corpora (named and local corpora, splits), tokenizers (char, BPE, GPT-2, WordPiece),
+Modules: batch (the Batch a runner's loss reads, and example_batch: one of the right shape for timing),
+corpora (named and local corpora, splits), tokenizers (char, BPE, GPT-2, WordPiece),
 stream (memory-mapped token streams, random and resumable batches), prepare (corpus + tokenizer
 -> cached streams), seq2seq (copy/reverse tasks, translation batches), mlm (BERT masking),
 recall (the long-range recall task: a key-value pair queried k tokens later),

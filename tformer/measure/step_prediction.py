@@ -1,7 +1,7 @@
 """The ledger's prediction of one real decode step, in the terms that explain it.
 
 A decode step of a small model is not only its weight reads. The prediction here is the ledger's step on this
-machine's measured roofline, split in three named terms:
+machine's measured roofline, split in named terms:
 
     weight products   each Linear's bytes at the measured GEMV rate (a kept block layout at the block kernel's rate,
                       which ``tformer bench`` measures per layout), or its FLOPs on the measured matmul curve

@@ -3,7 +3,8 @@
 Code above model/ never asks which architecture a model is; it asks the model's runner:
 
     runner = runner_for(model)
-    loss = runner.loss(batch)                         # batch: model inputs + targets (Batch)
+    loss = runner.loss(batch)                         # batch: model inputs + targets (tformer.data.batch.Batch)
+    scored = runner.scored(batch)                     # the loss and the right answers, for evaluation
     cache = runner.new_cache(rows, max_len)           # what generation has read so far
     logits = runner.prefill(cache, ids, mask)         # the prompt -> (N, V) next-token logits
     logits = runner.step(cache, tokens)               # (N,) new tokens -> (N, V)
