@@ -139,12 +139,17 @@ convert_hf_to_gguf.main()
 """
 
 
-def convert(llama_cpp: Path, folder: Path, out: Path, pre: str) -> None:
+# Also converted to Q8_0 (the converter's --outtype q8_0): the families whose files fuse several Linears into one
+# tensor, which tformer widens while keeping the others in their blocks.
+QUANTIZED = ("phi3", "gpt2")
+
+
+def convert(llama_cpp: Path, folder: Path, out: Path, pre: str, outtype: str = "f32") -> None:
     env = {"PYTHONPATH": f"{llama_cpp}:{llama_cpp / 'gguf-py'}", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
     # named "tiny-<family>" with phi3 as "phi": llama.cpp gives a model whose name holds "phi3" Phi-3's SentencePiece
     # tokens (<s>, </s>, <unk>) attributes by name, which a byte-level vocabulary does not have
     name = "tiny-" + folder.name.replace("phi3", "phi")
-    cmd = [sys.executable, "-c", CONVERT.format(pre=pre), "-", str(folder), "--outfile", str(out), "--outtype", "f32",
+    cmd = [sys.executable, "-c", CONVERT.format(pre=pre), "-", str(folder), "--outfile", str(out), "--outtype", outtype,
            "--model-name", name]
     done = subprocess.run(cmd, env=env, cwd=llama_cpp, capture_output=True, text=True)
     if done.returncode:
@@ -172,6 +177,8 @@ def main(argv=None) -> int:
             model_folder(work, cls_name, fields, size, ids.get(bos), ids.get(eos))
             out = HERE / f"{name}.gguf"
             convert(args.llama_cpp, work, out, pre)
+            if name in QUANTIZED:
+                convert(args.llama_cpp, work, HERE / f"{name}-q8_0.gguf", pre, "q8_0")
         print(f"{out.relative_to(HERE.parent.parent)}: {out.stat().st_size:,} bytes (vocabulary {size}, pre {pre})")
     return 0
 

@@ -156,3 +156,26 @@ def test_the_file_tformer_writes_reads_back_in_transformers(family, ggml_type, t
             if ggml_kernel.available():  # and the block kernel, activations rounded to 8 bits, about them
                 kernel = load_gguf(out, weights="kernel").eval()
                 assert (kernel(ids).logits - kept(ids).logits).abs().max().item() < 0.1
+
+
+@pytest.mark.parametrize("name", ["phi3", "gpt2"])
+def test_a_quantized_file_keeps_what_it_can_and_widens_its_fused_matrices(name):
+    """The converter's Q8_0 files: phi3 fuses q/k/v and gate/up, gpt2 q/k/v, each into one tensor; tformer widens
+    those and keeps the rest in their blocks. Kept equals widened exactly, widened equals transformers' loader (which
+    dequantizes every tensor with gguf-py), and the block kernel runs the kept ones."""
+    path = FILES / f"{name}-q8_0.gguf"
+    with open_gguf(path) as f:
+        assert f.tensors["blk.0.attn_qkv.weight"].ggml_type in ("Q8_0", "F16")
+        assert f.tensors["blk.0.ffn_down.weight"].ggml_type == "Q8_0"
+    widened = load_gguf(path, weights="dequantize").eval()
+    kept = load_gguf(path, weights="keep").eval()
+    assert kept.config.quantize == "mixed" and "down:q8_0" in kept.config.quantize_layers[0]
+    assert "q:" not in kept.config.quantize_layers[0]  # the fused q/k/v stay float
+    hf = _hf(FILES, path.name, name)
+    ids = _ids(widened.config.vocab_size)
+    with torch.no_grad():
+        assert torch.equal(kept(ids).logits, widened(ids).logits)
+        assert (widened(ids).logits - hf(ids).logits).abs().max().item() < 1e-5
+        if ggml_kernel.available():
+            kernel = load_gguf(path, weights="kernel").eval()
+            assert (kernel(ids).logits - kept(ids).logits).abs().max().item() < 0.1

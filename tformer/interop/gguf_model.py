@@ -63,7 +63,7 @@ def hf_state_from_gguf(f: GGUFFile, hf_config: dict, kept: dict[str, str] | None
             continue
         hf, row = _hf_name(f, name, n_layers, family)
         if kept and name in kept:  # token_embd kept is the tied head's, whose blocks the lookup reads too
-            sd[hf] = torch.empty(info.shape, device="meta")
+            sd[hf] = torch.empty(info.shape[::-1] if row.hf_transpose else info.shape, device="meta")
             continue
         w = dequantize(f.raw(name), info.ggml_type, info.shape)
         if row.permute:
@@ -99,9 +99,10 @@ def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict]:
     """The Linears that stay in their blocks (GGUF name -> our module) and the config fields that say so:
     quantize (one format for every layer's Linears, or "mixed" with quantize_layers giving each its own, as a
     llama.cpp "Q4_K_M" file mixes Q5_0, Q4_K, Q6_K and Q8_0) and quantize_head for the LM head. Float matrices
-    stay float; a block type tformer does not keep is refused with the way out."""
+    stay float; a block type tformer does not keep is refused with the way out. A tensor the file fuses from
+    several of tformer's Linears (gpt2's and phi3's attn_qkv, phi3's gate-and-up ffn_up) is widened, not kept."""
     modules = {t.gguf.removesuffix(".weight"): t.ours[0].removesuffix(".weight")
-               for t in reading_family(f).layer if t.gguf.removesuffix(".weight") in _ROLES}
+               for t in reading_family(f).layer if t.gguf.removesuffix(".weight") in _ROLES and len(t.ours) == 1}
     layers: dict[str, str] = {}
     formats: dict[int, dict[str, str]] = {}
     for name in f.tensors:
@@ -120,6 +121,8 @@ def kept_linears(f: GGUFFile) -> tuple[dict[str, str], dict]:
     if head_format != "none":
         kept[head] = "lm_head"
     used = {fmt for per_layer in formats.values() for fmt in per_layer.values()}
+    if any(t.gguf.endswith(".weight") and len(t.ours) > 1 for t in reading_family(f).layer):
+        used.add("none")  # the fused matrices' Linears are float: one format for every Linear would misname them
     fields = {"quantize": next(iter(used)) if len(used) == 1 else "mixed", "quantize_head": head_format}
     if fields["quantize"] == "mixed":
         fields["quantize_layers"] = [layer_entry(formats.get(i, {})) for i in range(max(formats) + 1)]
