@@ -92,8 +92,7 @@ def gemv_bandwidth_for(op, device, dtype: str) -> float | None:
         return None
     layout = getattr(op, "weight_layout", "")
     if layout and device.gemv_bandwidth.get(layout):
-        per_call = device.call_rate(layout, dims[0], op.weight_bytes) if hasattr(device, "call_rate") else None
-        return per_call or device.gemv_rate(layout, *dims)
+        return device.call_rate(layout, dims[0], op.weight_bytes) or device.gemv_rate(layout, *dims)
     return device.gemv_rate(dtype, *dims)
 
 

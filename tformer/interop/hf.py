@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -75,51 +76,29 @@ def _gpt2_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     return _with_head(rules, c, "lm_head.weight", f"{p}wte.weight")
 
 
-def _llama_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
+def _llama_rules(c, p: str, fused: bool = False) -> tuple[list[Rule], list[Alias]]:
+    """LLaMA's names, which Mistral, Qwen2/Qwen3 and Phi-3 share: Qwen2's q, k and v carry biases (qkv_bias), Qwen3's
+    q_norm and k_norm sit in self_attn; ``fused`` (Phi-3): q, k and v rows in one qkv_proj, gate then up rows in one
+    gate_up_proj, each split into ours."""
     rules = [Rule(f"{p}embed_tokens.weight", ("tok_embed.weight",))]
     for i in range(c.n_layers):
         h, o = f"{p}layers.{i}", f"decoder.layers.{i}"
         rules += _norm(f"{h}.input_layernorm", f"{o}.attn_norm", c)
-        for x in "qkvo":
-            rules += _linear(f"{h}.self_attn.{x}_proj", f"{o}.attn.{x}_proj", c.bias)
-        rules += _norm(f"{h}.post_attention_layernorm", f"{o}.mlp_norm", c)
-        for x in ("gate", "up", "down"):
-            rules += _linear(f"{h}.mlp.{x}_proj", f"{o}.mlp.{x}", c.bias)
-    rules += _norm(f"{p}norm", "decoder.final_norm", c)
-    return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
-
-
-def _qwen_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
-    """LLaMA's names; Qwen2's q, k and v carry biases (qkv_bias), Qwen3's q_norm and k_norm sit in self_attn."""
-    rules = [Rule(f"{p}embed_tokens.weight", ("tok_embed.weight",))]
-    for i in range(c.n_layers):
-        h, o = f"{p}layers.{i}", f"decoder.layers.{i}"
-        rules += _norm(f"{h}.input_layernorm", f"{o}.attn_norm", c)
-        for x in "qkv":
-            rules += _linear(f"{h}.self_attn.{x}_proj", f"{o}.attn.{x}_proj", c.qkv_has_bias)
+        if fused:
+            rules.append(Rule(f"{h}.self_attn.qkv_proj.weight", tuple(f"{o}.attn.{x}_proj.weight" for x in "qkv"),
+                              "rows"))
+        else:
+            for x in "qkv":
+                rules += _linear(f"{h}.self_attn.{x}_proj", f"{o}.attn.{x}_proj", c.qkv_has_bias)
         rules += _linear(f"{h}.self_attn.o_proj", f"{o}.attn.o_proj", c.bias)
         if c.qk_norm:
             rules += _norm(f"{h}.self_attn.q_norm", f"{o}.attn.q_norm", c)
             rules += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", c)
         rules += _norm(f"{h}.post_attention_layernorm", f"{o}.mlp_norm", c)
-        for x in ("gate", "up", "down"):
+        if fused:
+            rules.append(Rule(f"{h}.mlp.gate_up_proj.weight", (f"{o}.mlp.gate.weight", f"{o}.mlp.up.weight"), "rows"))
+        for x in ("down",) if fused else ("gate", "up", "down"):
             rules += _linear(f"{h}.mlp.{x}_proj", f"{o}.mlp.{x}", c.bias)
-    rules += _norm(f"{p}norm", "decoder.final_norm", c)
-    return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
-
-
-def _phi3_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
-    """LLaMA's layers with two fused Linears: qkv_proj (q, k and v rows one after another) and gate_up_proj (gate
-    rows, then up rows), each split into ours."""
-    rules = [Rule(f"{p}embed_tokens.weight", ("tok_embed.weight",))]
-    for i in range(c.n_layers):
-        h, o = f"{p}layers.{i}", f"decoder.layers.{i}"
-        rules += _norm(f"{h}.input_layernorm", f"{o}.attn_norm", c)
-        rules.append(Rule(f"{h}.self_attn.qkv_proj.weight", tuple(f"{o}.attn.{x}_proj.weight" for x in "qkv"), "rows"))
-        rules += _linear(f"{h}.self_attn.o_proj", f"{o}.attn.o_proj", False)
-        rules += _norm(f"{h}.post_attention_layernorm", f"{o}.mlp_norm", c)
-        rules.append(Rule(f"{h}.mlp.gate_up_proj.weight", (f"{o}.mlp.gate.weight", f"{o}.mlp.up.weight"), "rows"))
-        rules += _linear(f"{h}.mlp.down_proj", f"{o}.mlp.down", False)
     rules += _norm(f"{p}norm", "decoder.final_norm", c)
     return _with_head(rules, c, "lm_head.weight", f"{p}embed_tokens.weight")
 
@@ -171,8 +150,8 @@ def _t5_rules(c, p: str) -> tuple[list[Rule], list[Alias]]:
     return rules, aliases + head_aliases
 
 
-FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, "qwen2": _qwen_rules,
-            "qwen3": _qwen_rules, "phi3": _phi3_rules, hf_gemma.MODEL_TYPE: hf_gemma.rules,
+FAMILIES = {"gpt2": _gpt2_rules, "llama": _llama_rules, "mistral": _llama_rules, "qwen2": _llama_rules,
+            "qwen3": _llama_rules, "phi3": partial(_llama_rules, fused=True), hf_gemma.MODEL_TYPE: hf_gemma.rules,
             "bart": _bart_rules, "t5": _t5_rules, **ENCODER_FAMILIES, **VISION_RULES}
 # The outer prefix HF's task classes put around the body (GPT2LMHeadModel -> "transformer.", ...);
 # bare base-model files (GPT2Model, BertModel, BartModel) have none.

@@ -29,6 +29,17 @@ T = 1e12
 GiB = 2**30
 
 
+def _row_class(points, rows: int) -> int | None:
+    """Which measured row count a ``rows``-row product reads at: one row the one-row points (a GEMV kernel); 2 or more
+    the smallest measured count >= 2 that covers them (a GEMM kernel). None when none does."""
+    if rows < 1 or not points:
+        return None
+    if rows == 1:
+        return 1
+    covering = sorted({int(r) for r, _, _ in points if int(r) >= rows and int(r) >= 2})
+    return covering[0] if covering else None
+
+
 def _interp_log(curve, x: float) -> float | None:
     """y at x on a measured [[x, y], ...] curve: linear in log x between points, flat beyond the ends."""
     curve = sorted(curve or [])
@@ -110,15 +121,9 @@ class Device:
         for ``dtype`` or ``rows`` is above every measured row count.
         """
         points = self.gemv_bandwidth.get(dtype) or []
-        if rows < 1 or k < 1 or not points:
+        cls = _row_class(points, rows) if k >= 1 else None
+        if cls is None:
             return None
-        if rows == 1:
-            cls = 1
-        else:
-            covering = sorted({int(r) for r, _, _ in points if int(r) >= rows and int(r) >= 2})
-            if not covering:
-                return None
-            cls = covering[0]
         return _interp_log([[kk, bw] for r, kk, bw in points if int(r) == cls], float(k))
 
     def call_rate(self, layout: str, rows: int, weight_bytes: int) -> float | None:
@@ -130,12 +135,11 @@ class Device:
         class were measured, or the layout is not a block format (gemv_rate then)."""
         block = GGML_BLOCKS.get(layout.upper())
         points = self.gemv_bandwidth.get(layout) or []
-        if block is None or weight_bytes <= 0 or rows < 1 or not points:
+        cls = _row_class(points, rows)
+        if block is None or weight_bytes <= 0 or cls is None:
             return None
-        classes = sorted({int(r) for r, _, _ in points if int(r) >= rows}) or [None]
-        cls = 1 if rows == 1 else classes[0]
-        calls = [(k * k * block[1] / block[0], k * k * block[1] / block[0] / bw) for r, k, bw in points
-                 if int(r) == cls and bw > 0]
+        per_weight = block[1] / block[0]  # bytes a weight takes in this block format
+        calls = [(k * k * per_weight, k * k * per_weight / bw) for r, k, bw in points if int(r) == cls and bw > 0]
         if len(calls) < 2:
             return None
         n = len(calls)
