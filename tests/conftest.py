@@ -37,6 +37,19 @@ def _deterministic():
     torch.set_flush_denormal(False)
 
 
+@pytest.fixture(autouse=True)
+def _threads_restored():
+    """A block-kernel model takes torch's threads for the process (ggml_kernel.take_threads: the kernel's pool
+    gets them, torch keeps one), and some tests pin torch to one thread: each test starts from the thread state
+    the session started with, whatever the test before it loaded."""
+    from tformer.model import ggml_kernel
+
+    threads, kernel = torch.get_num_threads(), ggml_kernel._THREADS
+    yield
+    torch.set_num_threads(threads)
+    ggml_kernel._THREADS = kernel
+
+
 @pytest.fixture(scope="session")
 def device(request) -> torch.device:
     """Where the device-generic tests put their models and inputs: --device, else $TFORMER_TEST_DEVICE,

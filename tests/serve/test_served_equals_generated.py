@@ -264,8 +264,7 @@ def test_perplexity_of_kept_blocks_is_the_dequantized_models(tok, fp32, models, 
     # rounding step, over 30 layers, flipped a near tie.
     pytest.param("kernel", marks=BLOCKS),
 ])
-def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smollm2_path, capsys, monkeypatch,
-                                                                  torch_threads_restored):
+def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smollm2_path, capsys, monkeypatch):
     from tformer.interop.gguf_model import load_gguf
 
     model, tokenizer = load_gguf(smollm2_path, tokenizer=True, weights=weights)
@@ -277,7 +276,7 @@ def test_the_real_model_serves_what_generate_chat_and_chat_answer(weights, smoll
 
 @pytest.mark.slow
 @BLOCKS
-def test_gemma3_on_the_block_kernel_serves_what_generate_gives(gemma3_path, torch_threads_restored):
+def test_gemma3_on_the_block_kernel_serves_what_generate_gives(gemma3_path):
     """Gemma 3 270M (Q4_K_M: Q4_K, Q6_K, Q8_0 and Q5_0 matrices; sliding-window layers beside global ones, read as
     their band by row-exact attention) on the kernel, the commands' default: the serving loop, each text alone and
     all at once, continues them as generate does (a base model: plain text, no chat template)."""
@@ -296,8 +295,7 @@ def test_gemma3_on_the_block_kernel_serves_what_generate_gives(gemma3_path, torc
 
 @pytest.mark.slow
 @BLOCKS
-def test_the_real_model_on_the_block_kernel_generates_what_chat_answers(smollm2_path, capsys, monkeypatch,
-                                                                        torch_threads_restored):
+def test_the_real_model_on_the_block_kernel_generates_what_chat_answers(smollm2_path, capsys, monkeypatch):
     """What holds on the block kernel today (the strict xfail above is the served part): `generate --chat` and
     `chat` run the same path and answer alike, every Linear on the kernel, its pool on torch's threads."""
     from tformer.interop.gguf_model import load_gguf
@@ -310,15 +308,6 @@ def test_the_real_model_on_the_block_kernel_generates_what_chat_answers(smollm2_
     assert (ggml_kernel._THREADS, torch.get_num_threads()) == (threads, 1)
     generated = _generate_then_chat(smollm2_path, "kernel", capsys, monkeypatch)
     assert all(reply.strip() for reply in generated)
-
-
-@pytest.fixture
-def torch_threads_restored():
-    """A kernel model takes torch's threads for the process (ggml_kernel.take_threads): give them back after."""
-    threads, kernel = torch.get_num_threads(), ggml_kernel._THREADS
-    yield
-    torch.set_num_threads(threads)
-    ggml_kernel._THREADS = kernel
 
 
 def _generate_then_chat(path, weights, capsys, monkeypatch) -> list[str]:

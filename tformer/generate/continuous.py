@@ -1,8 +1,9 @@
 """Continuous batching: one decode step at a time over every active sequence, whenever each arrived.
 
 Static batching waits for a whole batch to finish before starting the next, so one long answer holds
-every short one's slot. Here the loop runs one step over all active sequences; between two steps it
-reads what has arrived and adds it to the running batch, and a sequence that ends leaves at once.
+every short one's slot. Here each round runs one step of the decode loop over all active sequences (the loop
+generate steps through too: tformer.generate.decode_loop); between two steps it reads what has arrived and adds
+it to the running batch, and a sequence that ends leaves at once.
 
 Decoder-only attention models decode over a preallocated KV pool (tformer.generate.slot_pool): a request
 takes a row when admitted and gives it back when done; its prompt is read in chunks of at most
@@ -36,7 +37,9 @@ import torch
 
 from tformer.core.errors import TformerError
 from tformer.generate import sampling
-from tformer.generate.inputs import filler_id, pad_batch
+from tformer.generate.decode_loop import DecodeLoop, Row
+from tformer.generate.inputs import filler_id
+from tformer.generate.row_stores import JoinedRows, PoolRows
 from tformer.generate.sampling import Sampling
 from tformer.generate.slot_pool import PrefixStore, SlotPool, pool_serves
 from tformer.generate.workqueue import Closed, QueueFull, WorkQueue
@@ -62,25 +65,20 @@ class Request:
 
 
 @dataclass(eq=False)
-class Sequence:
-    """A submitted request as it runs: its tokens so far and its timings (time.monotonic())."""
+class Sequence(Row):
+    """A submitted request as it runs (a row of the decode loop): its tokens so far and its timings
+    (time.monotonic())."""
 
     id: int
     request: Request
     on_event: Callable
-    tokens: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
     error: str | None = None
     submitted_at: float = 0.0
     first_token_at: float | None = None
     finished_at: float | None = None
     _cancelled: bool = False
-    _budget: int = 0
-    _stop: frozenset = frozenset()
-    _generator: torch.Generator | None = None
-    _slot: int = -1  # its row of the KV pool
+    _stats: "StepStats | None" = None
     _read: int = 0  # prompt tokens read into it so far
-    _next: int = 0  # the token it reads at the next decode step
 
     def cancel(self) -> None:
         """End it at the next step boundary (a client that went away); its rows are freed then."""
@@ -94,6 +92,30 @@ class Sequence:
     def _deadline(self) -> float | None:
         t = self.request.timeout
         return None if t is None else self.submitted_at + t
+
+    # What the decode loop tells it (tformer.generate.decode_loop.Row) ----------------------------
+    def ending(self, now: float) -> str | None:
+        return "cancelled" if self._cancelled else None
+
+    def expired(self, now: float) -> bool:
+        return self._deadline is not None and now > self._deadline
+
+    def took(self, token: int, now: float) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = now
+        self._stats.tokens += 1
+        self._tell(token, None)
+
+    def finished(self, reason: str) -> None:
+        self.finished_at = time.monotonic()
+        self._stats.finished[reason] += 1
+        self._tell(None, reason)
+
+    def _tell(self, token, finish) -> None:
+        try:
+            self.on_event(self, token, finish)
+        except Exception:  # noqa: BLE001 -- a listener's failure (a client gone mid-write) must not stop the loop
+            self._cancelled = True
 
 
 @dataclass
@@ -133,9 +155,7 @@ class ContinuousBatcher(WorkQueue):
         self.max_batch = max_batch
         self.stats = StepStats()
         self._ids = itertools.count()
-        self._active: list[Sequence] = []  # row i of the cache is _active[i]
-        self._cache = None
-        self._next: torch.Tensor | None = None  # (N,) the token each active row reads at the next step
+        self._active: list[Sequence] = []  # admitted and not ended: reading their prompt or decoding
         c = self.config
         self._pad = filler_id(c.vocab_size, c.pad_token_id, c.eos_token_id)
         self._pool = None
@@ -153,8 +173,12 @@ class ContinuousBatcher(WorkQueue):
             # prefix caching keeps at most four rows' worth of prompt keys, whatever the number of rows
             self._pool = SlotPool(model, max_batch, columns, PrefixStore(4 * columns), step_fn,
                                   least_rows=2 if compile else 1)
+            self._store = PoolRows(self._pool, self._pad)
             self._prefilling: list[Sequence] = []
-            self._decoding: dict[int, Sequence] = {}  # slot -> the sequence decoding in it
+        else:
+            self._store = JoinedRows(runner)
+        # The one decode loop (tformer.generate.decode_loop), its rows joining and leaving between steps.
+        self._decode = DecodeLoop(self._store, self._pad, on_step=self._count_step)
 
     # Public -------------------------------------------------------------------------------------
     def start(self):
@@ -177,15 +201,18 @@ class ContinuousBatcher(WorkQueue):
 
     def submit(self, request: Request, on_event: Callable) -> Sequence:
         """Queue ``request``; ``on_event(seq, token, finish)`` reports its progress (on the batcher's thread)."""
-        seq = Sequence(next(self._ids), request, on_event, submitted_at=time.monotonic())
         request.sampling.validate()
-        seq._budget = self._budget(request)
         stop = request.stop_tokens if request.stop_tokens is not None else (
             () if self.config.eos_token_id is None else (self.config.eos_token_id,))
-        seq._stop = frozenset(stop)
+        seq = Sequence(next(self._ids), request, on_event, submitted_at=time.monotonic(), _stats=self.stats,
+                       budget=self._budget(request), stop=frozenset(stop), sampling=request.sampling)
+        device = self.runner.device
         if not request.sampling.greedy:
             seed = request.seed if request.seed is not None else random.getrandbits(63)
-            seq._generator = torch.Generator(device=self.runner.device).manual_seed(seed)
+            seq.generator = torch.Generator(device=device).manual_seed(seed)
+        if request.sampling.repetition_penalty != 1.0:  # the penalty looks at the text so far: prompt and reply
+            text = torch.tensor([request.prompt], device=device)
+            seq.seen = sampling.seen_tokens(text, self.config.vocab_size)[0]
         self._enqueue(seq)
         return seq
 
@@ -221,13 +248,7 @@ class ContinuousBatcher(WorkQueue):
                 admit = self._take_admissible()
             try:
                 with torch.no_grad():
-                    if self._pool is not None:
-                        self._pool_round(admit)
-                    else:
-                        if admit:
-                            self._admit(admit)
-                        if self._active:
-                            self._step()
+                    self._round(admit)
             except Exception as exc:  # noqa: BLE001 -- one bad batch must not stop the server: end its sequences, go on
                 detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 for seq in admit + self._active:
@@ -236,179 +257,80 @@ class ContinuousBatcher(WorkQueue):
                         self._finish(seq, "error")
                 self._reset()
 
+    def _round(self, admit: list[Sequence]) -> None:
+        """Newcomers are admitted (their prompts read, or a chunk of them); then one decode step for every row."""
+        self._active += admit
+        if self._pool is not None:
+            self._read_prompts(admit)
+        elif admit:
+            logits, read = self._timed_prefill(lambda: self._store.prefill(
+                [s.request.prompt for s in admit], self._pad, self.config.decoder_start_token_id))
+            self.stats.prefill_tokens += read
+            self._decode.join(admit, logits)
+        if self._decode.rows:
+            self._decode.step()
+        self._active = [s for s in self._active if not s.done]
+
+    def _read_prompts(self, admit: list[Sequence]) -> None:
+        """The pool's admission: a newcomer takes a row (after the longest stored start of its prompt); up to
+        PREFILL_CHUNK prompt tokens are read, the oldest prompts first, in one forward; a prompt read to its end
+        joins the decode loop with its first token."""
+        pool, slot = self._pool, self._store.slot  # slot[seq]: its row of the pool
+        for seq in admit:
+            self._store.take(seq)
+            seq._read = pool.reuse_prefix(slot[seq], seq.request.prompt)
+            self.stats.prefix_tokens += seq._read
+            self._prefilling.append(seq)
+        chunks, budget = {}, PREFILL_CHUNK
+        for seq in self._prefilling:
+            if budget <= 0:
+                break
+            chunks[slot[seq]] = seq.request.prompt[seq._read:seq._read + budget]
+            budget -= len(chunks[slot[seq]])
+        if not chunks:
+            return
+        logits = self._timed_prefill(lambda: pool.prefill(chunks))
+        self.stats.prefill_tokens += sum(map(len, chunks.values()))
+        for seq in [s for s in self._prefilling if slot[s] in chunks]:
+            seq._read += len(chunks[slot[seq]])
+            if seq._read < len(seq.request.prompt):
+                continue  # the rest of it after the next decode step
+            self._prefilling.remove(seq)
+            pool.remember(slot[seq], seq.request.prompt)
+            self._decode.join([seq], logits[slot[seq]][None])
+
+    def _timed_prefill(self, read):
+        t0 = time.perf_counter()
+        out = read()
+        self.stats.prefill_seconds += time.perf_counter() - t0
+        return out
+
+    def _count_step(self, rows: int, seconds: float) -> None:
+        self.stats.add_step(rows, seconds, self._store.context(self._decode.rows))
+
     def _take_admissible(self) -> list[Sequence]:
         """Queued requests that may start now (called under the lock): ended ones leave the queue."""
         now = time.monotonic()
         for seq in [s for s in self._pending if s._cancelled or (s._deadline is not None and now > s._deadline)]:
             self._pending.remove(seq)
             self._finish(seq, "cancelled" if seq._cancelled else "timeout")
-        joinable = self._cache is None or self._cache.joinable
+        joinable = self._pool is not None or self._store.joinable
         room = self.max_batch - len(self._active) if joinable else 0
         return [self._pending.popleft() for _ in range(min(room, len(self._pending)))]
 
     def _reset(self) -> None:
-        self._active, self._cache, self._next = [], None, None
-        if self._pool is not None:
-            for slot in list(self._decoding) + [s._slot for s in self._prefilling]:
-                self._pool.give(slot)
-            self._prefilling, self._decoding = [], {}
-
-    # The KV pool's path --------------------------------------------------------------------------
-    def _pool_round(self, admit: list[Sequence]) -> None:
-        """Newcomers take a row; up to PREFILL_CHUNK prompt tokens are read; then one step for every decoding row."""
-        pool = self._pool
-        for seq in admit:
-            seq._slot = pool.take()
-            seq._read = pool.reuse_prefix(seq._slot, seq.request.prompt)
-            self.stats.prefix_tokens += seq._read
-            self._active.append(seq)
-            self._prefilling.append(seq)
-        chunks, budget = {}, PREFILL_CHUNK  # the oldest prompts first, all in one forward
-        for seq in self._prefilling:
-            if budget <= 0:
-                break
-            chunks[seq._slot] = seq.request.prompt[seq._read:seq._read + budget]
-            budget -= len(chunks[seq._slot])
-        if chunks:
-            t0 = time.perf_counter()
-            logits = pool.prefill(chunks)
-            self.stats.prefill_seconds += time.perf_counter() - t0
-            self.stats.prefill_tokens += sum(map(len, chunks.values()))
-            for seq in [s for s in self._prefilling if s._slot in chunks]:
-                seq._read += len(chunks[seq._slot])
-                if seq._read < len(seq.request.prompt):
-                    continue  # the rest of it after the next decode step
-                self._prefilling.remove(seq)
-                pool.remember(seq._slot, seq.request.prompt)
-                tokens, keep = self._advance([seq], logits[seq._slot][None])
-                if keep:
-                    seq._next = int(tokens[0])
-                    self._decoding[seq._slot] = seq
-                else:
-                    self._leave(seq)
-        if self._decoding:
-            self._pool_step()
-
-    def _pool_step(self) -> None:
-        slots = list(self._decoding)
-        t0 = time.perf_counter()
-        logits = self._pool.step({slot: seq._next for slot, seq in self._decoding.items()}, self._pad)
-        rows = torch.tensor(slots, device=logits.device)
-        seqs = [self._decoding[s] for s in slots]
-        self.stats.add_step(len(slots), time.perf_counter() - t0, max(self._pool.used[s] for s in slots))
-        tokens, keep = self._advance(seqs, logits.index_select(0, rows))
-        kept = set(keep)
-        for i, seq in enumerate(seqs):
-            if i in kept:
-                seq._next = int(tokens[i])
-            else:
-                del self._decoding[seq._slot]
-                self._leave(seq)
-
-    def _leave(self, seq: Sequence) -> None:
-        """A finished sequence gives its row back."""
-        self._pool.give(seq._slot)
-        self._active.remove(seq)
-
-    def _admit(self, seqs: list[Sequence]) -> None:
-        """Prefill the newcomers as one padded batch, take their first tokens, join the survivors."""
-        runner, device = self.runner, self.runner.device
-        cache = runner.new_cache(len(seqs), None)
-        t0 = time.perf_counter()
-        if runner.takes_source:
-            src, src_mask = pad_batch([s.request.prompt for s in seqs], self._pad, "right", device)
-            start = torch.full((len(seqs), 1), self.config.decoder_start_token_id, dtype=torch.long, device=device)
-            logits = runner.prefill(cache, start, source=src, source_mask=src_mask)
-            read = int(src_mask.sum()) + len(seqs)
-        else:
-            ids, mask = pad_batch([s.request.prompt for s in seqs], self._pad, "left", device)
-            logits = runner.prefill(cache, ids, mask)
-            read = int(mask.sum())
-        self.stats.prefill_seconds += time.perf_counter() - t0
-        self.stats.prefill_tokens += read
-        tokens, keep = self._advance(seqs, logits)
-        if not keep:
-            return
-        index = torch.tensor(keep, device=device)
-        if len(keep) < len(seqs):
-            cache.select(index)
-        kept = [seqs[i] for i in keep]
-        if self._cache is None:
-            self._cache, self._active, self._next = cache, kept, tokens[index]
-        else:
-            self._cache = self._cache.join(cache)
-            self._active = self._active + kept
-            self._next = torch.cat([self._next, tokens[index]])
-
-    def _step(self) -> None:
-        t0 = time.perf_counter()
-        logits = self.runner.step(self._cache, self._next)
-        context = self._cache.kv.length if getattr(self._cache, "kv", None) is not None else 0
-        self.stats.add_step(len(self._active), time.perf_counter() - t0, context)
-        tokens, keep = self._advance(self._active, logits)
-        if len(keep) == len(self._active):
-            self._next = tokens
-            return
-        if not keep:
-            self._reset()
-            return
-        index = torch.tensor(keep, device=self.runner.device)
-        self._cache.select(index)
-        self._cache.compact()
-        self._active = [self._active[i] for i in keep]
-        self._next = tokens[index]
-
-    def _advance(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-        """Pick each row's next token and report it; returns the tokens (N,) and the rows that go on."""
-        tokens = self._pick(seqs, logits)
-        now = time.monotonic()
-        keep = []
-        for i, (seq, token) in enumerate(zip(seqs, tokens.tolist())):
-            if seq._cancelled:
-                self._finish(seq, "cancelled")
-                continue
-            if token in seq._stop:
-                self._finish(seq, "stop")
-                continue
-            seq.tokens.append(token)
-            if seq.first_token_at is None:
-                seq.first_token_at = now
-            self.stats.tokens += 1
-            self._tell(seq, token, None)
-            if len(seq.tokens) >= seq._budget:
-                self._finish(seq, "length")
-            elif seq._deadline is not None and now > seq._deadline:
-                self._finish(seq, "timeout")
-            else:
-                keep.append(i)
-        return tokens, keep
-
-    def _pick(self, seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
-        """Greedy rows by one argmax; each sampled row with its own settings and generator, so its draws
-        are those it would make alone (tformer.generate's order of processors)."""
-        logits = logits.float()
-        tokens = logits.argmax(dim=-1)
-        for i, seq in enumerate(seqs):
-            pick = seq.request.sampling
-            if not pick.greedy or pick.repetition_penalty != 1.0:
-                seen = None
-                if pick.repetition_penalty != 1.0:  # the text so far: prompt and reply
-                    so_far = torch.tensor([seq.request.prompt + seq.tokens], device=logits.device)
-                    seen = sampling.seen_tokens(so_far, logits.shape[-1])
-                tokens[i] = pick.pick(logits[i:i + 1], seq._generator, seen)[0]
-        return tokens
-
-    def _finish(self, seq: Sequence, reason: str) -> None:
-        seq.finish_reason, seq.finished_at = reason, time.monotonic()
-        self.stats.finished[reason] += 1
-        self._tell(seq, None, reason)
+        """Every admitted row gives its place back (after an error, or when stopping)."""
+        self._decode.reset()
+        if self._pool is not None:  # the rows still reading their prompt, and any a failed round left placed
+            self._store.leave(list(self._store.slot))
+            self._prefilling = []
+        self._active = []
 
     @staticmethod
-    def _tell(seq: Sequence, token, finish) -> None:
-        try:
-            seq.on_event(seq, token, finish)
-        except Exception:  # noqa: BLE001 -- a listener's failure (a client gone mid-write) must not stop the loop
-            seq._cancelled = True
+    def _finish(seq: Sequence, reason: str) -> None:
+        """End a sequence outside the decode loop (in the queue, on an error, at shutdown)."""
+        seq.finish_reason = reason
+        seq.finished(reason)
 
 
 __all__ = ["FINISH_REASONS", "Closed", "ContinuousBatcher", "QueueFull", "Request", "Sequence", "StepStats"]

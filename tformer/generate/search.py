@@ -16,8 +16,10 @@ last column. The prompt's mask goes to the cache once, which keeps it: each row'
 only its real tokens, so learned and sinusoidal positions and RoPE see the same positions as the prompt
 alone, and padding keys are masked out at every step (tformer.model.cache).
 
-This file holds the token loop (greedy and sampling) and the entry points; beam search is its own strategy
-(tformer.generate.beam) and the inputs are checked and shaped before the loop (tformer.generate.inputs).
+This file holds the entry points and a run's set-up; greedy and sampling step through the one decode loop
+(tformer.generate.decode_loop, which serving steps through too) over a fixed batch (row_stores.BatchRows); beam
+search is its own strategy (tformer.generate.beam) and the inputs are checked and shaped before the loop
+(tformer.generate.inputs).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tformer.core.errors import TformerError
 from tformer.core.inputs import number
 from tformer.generate import sampling
 from tformer.generate.beam import beam_search
+from tformer.generate.decode_loop import DecodeLoop, Row
 from tformer.generate.inputs import (
     check_size,
     check_stop_ids,
@@ -45,6 +48,7 @@ from tformer.generate.inputs import (
     prompt_rows,
     stop_matrix,
 )
+from tformer.generate.row_stores import BatchRows
 from tformer.model.base import TransformerModel
 from tformer.model.compiled import BACKENDS, compiled_runner
 from tformer.model.path_choice import choose_paths
@@ -166,33 +170,28 @@ class _Run:
     decode_steps: int = 0
 
 
-def _pick(logits: torch.Tensor, run: _Run) -> torch.Tensor:
-    """The next token of each row: argmax, or a draw from the processed distribution."""
-    return run.config.picker().pick(logits, run.generator, run.seen)
-
-
 def _token_steps(run: _Run) -> Iterator[torch.Tensor]:
-    """Greedy or sampling: yield each step's (B,) tokens; finished rows get the pad token."""
-    device = run.runner.device
+    """Greedy or sampling: the decode loop (tformer.generate.decode_loop) over a fixed batch whose rows keep
+    their places; yield each step's (B,) tokens, finished rows reading the pad token."""
+    picker = run.config.picker()  # one record and one generator for the batch: its rows draw together
+    rows = [Row(budget=run.max_new, stop=frozenset(run.stop[b].nonzero()[:, 0].tolist()), sampling=picker,
+                generator=run.generator, seen=None if run.seen is None else run.seen[b])
+            for b in range(run.stop.shape[0])]
+    loop = DecodeLoop(BatchRows(run.runner, run.cache), run.pad)
     t0 = time.perf_counter()
     logits = run.prefill()
     run.runner.synchronize()
     t1 = time.perf_counter()
     run.prefill_seconds = t1 - t0
-    rows = torch.arange(logits.shape[0], device=device)
-    finished = torch.zeros(logits.shape[0], dtype=torch.bool, device=device)
     paused = 0.0  # time spent in the consumer (a streaming callback), not in decoding
-    for step in range(run.max_new):
-        tokens = _pick(logits, run).masked_fill(finished, run.pad)
-        if run.seen is not None:
-            run.seen[rows, tokens] |= ~finished
-        finished = finished | run.stop[rows, tokens]
+    tokens = loop.join(rows, logits)
+    while True:
         p0 = time.perf_counter()
         yield tokens
         paused += time.perf_counter() - p0
-        if step == run.max_new - 1 or bool(finished.all()):
+        if not loop.live:
             break
-        logits = run.runner.step(run.cache, tokens)
+        tokens = loop.step()
         run.decode_steps += 1
     run.runner.synchronize()
     run.decode_seconds = time.perf_counter() - t1 - paused - run.cache.compile_seconds  # compiling: apart
