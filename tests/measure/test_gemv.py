@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from tformer.machine import Device, device_from_dict
-from tformer.cost.ops import MatMul, Op
-from tformer.cost.roofline import gemv_dims, measured_op_time, roofline
 from tformer.core.errors import TformerError
-from tformer.measure.bench import BenchResult, bench_gemv
+from tformer.cost.ops import MatMul, Op
+from tformer.cost.roofline import gemv_bandwidth_for, gemv_dims, measured_op_time, roofline
+from tformer.machine import Device, device_from_dict
 from tformer.machine.profile_store import PROFILE_VERSION, load_measured_device, profile_path
+from tformer.measure.bench import BenchResult, bench_gemv
 
 CURVE = {"fp32": [[32, 1e10], [4096, 5e10]]}
 STREAM = {"copy": 8e9, "scale": 8e9, "add": 1e10, "triad": 1e10}
@@ -202,3 +202,36 @@ def test_a_block_kernel_call_costs_a_fixed_time_plus_its_bytes():
     op = replace(_linear(1, k=576, n=192), weight_layout="q4_1", weight_bytes=576 * 192 * 20 // 32)
     assert measured_op_time(op, dev, "fp32", 5e10)[0] == pytest.approx(
         op.bytes / dev.call_rate("q4_1", 1, op.weight_bytes) + 3e-6)
+
+
+def test_linears_that_read_one_input_are_priced_as_one_kernel_call():
+    """q, k, v (and gate, up) in one repacked block format run as one block-kernel product (model/stacked_products):
+    the ledger marks each with that product's bytes and the roofline charges the call's fixed cost once."""
+    from dataclasses import replace
+
+    from tformer.core.config import ModelConfig
+    from tformer.cost.ledger import Workload, ledger
+
+    def ops_of(**kw):
+        config = ModelConfig(arch="decoder", position="rope", norm="rmsnorm", activation="silu", gated_mlp=True,
+                             n_layers=2, d_model=256, n_heads=4, n_kv_heads=2, d_ff=512, vocab_size=512, **kw)
+        return {op.name: op for op in ledger(config, Workload(phase="decode", batch=1, seq=9, context=8)).ops}
+
+    ops = ops_of(quantize="q4_1")
+    qkv = [ops[f"decoder.layers.0.attn.{n}_proj"] for n in "qkv"]
+    gate_up = [ops["decoder.layers.0.mlp.gate"], ops["decoder.layers.0.mlp.up"]]
+    assert {op.stack_bytes for op in qkv} == {sum(op.weight_bytes for op in qkv)}
+    assert {op.stack_bytes for op in gate_up} == {sum(op.weight_bytes for op in gate_up)}
+    assert ops["decoder.layers.0.attn.o_proj"].stack_bytes == ops["decoder.layers.0.mlp.down"].stack_bytes == 0
+    # three formats, a K-quant, or float: each its own call
+    mixed = ops_of(quantize="mixed", quantize_layers=["q:q8_0,k:q4_1,v:q5_0,gate:q4_k,up:q4_k"] * 2)
+    assert all(op.stack_bytes == 0 for op in mixed.values())
+    assert all(op.stack_bytes == 0 for op in ops_of().values())
+    fixed, rate, per_weight = 5e-6, 25e9, 20 / 32
+    points = [[1, k, (k * k * per_weight) / (fixed + k * k * per_weight / rate)] for k in (256, 768, 2048, 4096)]
+    dev = _device({**GEMV, "q4_1": points})
+    weights = sum(op.weight_bytes for op in qkv)
+    together = sum(op.weight_bytes / gemv_bandwidth_for(op, dev, "fp32") for op in qkv)
+    alone = sum(op.weight_bytes / gemv_bandwidth_for(replace(op, stack_bytes=0), dev, "fp32") for op in qkv)
+    assert together == pytest.approx(fixed + weights / rate, rel=1e-6)  # one call: its fixed cost once
+    assert alone == pytest.approx(3 * fixed + weights / rate, rel=1e-6)

@@ -23,6 +23,9 @@ GGML_BLOCKS = {"Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32
 KEPT_BLOCKS = ("q8_0", "q4_1", "q5_0", "q4_k", "q6_k")
 BLOCK_GROUPS = {name: GGML_BLOCKS[name.upper()][0] for name in KEPT_BLOCKS}  # a row holds whole blocks
 RAW_BLOCKS = ("q5_0", "q4_k", "q6_k")  # kept as the file's block bytes (the others as their decoded parts)
+# The kept formats the block kernel repacks once (tformer.model.ggml_kernel.PACKED): Linears that read one input
+# and hold one of these run as one product (tformer.model.stacked_products); the K-quants run alone.
+REPACKED_BLOCKS = ("q8_0", "q4_1", "q5_0")
 
 # quantize_layers: per layer, "role:format" for each of its Linears, comma-separated (a role left out stays
 # float), e.g. "q:q5_0,k:q5_0,v:q8_0,o:q4_k,gate:q5_0,up:q5_0,down:q6_k".
@@ -55,4 +58,4 @@ def layer_entry(formats: dict[str, str]) -> str:
 
 
 __all__ = ["BLOCK_GROUPS", "GGML_BLOCKS", "KEPT_BLOCKS", "LAYER_FORMATS", "LAYER_ROLES", "QUANTIZATIONS",
-           "QUANT_BITS", "QUANT_GROUPS", "RAW_BLOCKS", "layer_entry", "layer_formats"]
+           "QUANT_BITS", "QUANT_GROUPS", "RAW_BLOCKS", "REPACKED_BLOCKS", "layer_entry", "layer_formats"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tformer.core.quant_formats import BLOCK_GROUPS
+from tformer.core.quant_formats import BLOCK_GROUPS, REPACKED_BLOCKS
 from tformer.cost import ops as O
 from tformer.cost.architecture import (
     MLP,
@@ -105,6 +105,19 @@ class OpListBuilder:
             params=n_params, weight_bytes=linear_weight_bytes(spec, wb), weight_layout=spec.layout,
             saved_bytes=rows * d_in * a if saves_input else 0,
         ))
+
+    @staticmethod
+    def one_product(pairs: list[tuple[Op, Linear]]) -> None:
+        """Linears that read one input (q, k, v; gate, up) run as one block-kernel product where each holds the same
+        repacked block format, one input width and all a bias or none (tformer.model.stacked_products): each op
+        then carries that product's weight bytes, and the roofline prices it as its share of one call."""
+        specs = [spec for _, spec in pairs]
+        if (specs[0].layout not in REPACKED_BLOCKS or len({(s.layout, s.d_in, bool(s.bias)) for s in specs}) > 1
+                or any(s.tied for s in specs)):
+            return
+        total = sum(op.weight_bytes for op, _ in pairs)
+        for op, _ in pairs:
+            op.stack_bytes = total
 
     def norm(self, spec: Norm, layer, stack, rows) -> Op:
         a, d, kind = self.a, spec.d, spec.kind
@@ -241,12 +254,14 @@ class OpListBuilder:
         cross = att.cross
         tq, tk = t.tq, (t.cross_keys if cross else t.tk)
         self.norm(att.norm, i, st.name, rows)
-        self.linear(att.q, i, st.name, rows)
+        q = self.linear(att.q, i, st.name, rows)
         if not (cross and t.cross_cached):  # decode: the encoder output's K and V were projected once and cached
             # k and v read the same input as q (self) or the encoder output (cross, kept once).
             kv_rows = B * tk if cross else rows
-            self.linear(att.k, i, st.name, kv_rows, saves_input=cross and i == 0)
-            self.linear(att.v, i, st.name, kv_rows, saves_input=False)
+            k = self.linear(att.k, i, st.name, kv_rows, saves_input=cross and i == 0)
+            v = self.linear(att.v, i, st.name, kv_rows, saves_input=False)
+            if not cross:
+                self.one_product([(q, att.q), (k, att.k), (v, att.v)])
         if att.q_norm:  # per head, over head_dim: (rows x heads) vectors each
             self.norm(att.q_norm, i, st.name, rows * H)
             self.norm(att.k_norm, i, st.name, rows * Hkv)
@@ -282,9 +297,10 @@ class OpListBuilder:
         c, a = self.c, self.a
         f, gated = spec.up.d_out, spec.gate is not None
         self.norm(spec.norm, i, stack, rows)
-        self.linear(spec.up, i, stack, rows)
+        up = self.linear(spec.up, i, stack, rows)
         if gated:
-            self.linear(spec.gate, i, stack, rows, saves_input=False)
+            gate = self.linear(spec.gate, i, stack, rows, saves_input=False)
+            self.one_product([(gate, spec.gate), (up, spec.up)])
         elems = rows * f
         per = O.ACTIVATION_FLOPS_PER_ELEMENT[spec.activation] + (1 if gated else 0)  # + the gating multiply
         # Saved: the activation's input; gated also the up output and the activation output (for the product).

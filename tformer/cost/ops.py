@@ -78,6 +78,9 @@ class Op:
     scores_bytes: int = 0  # the part of ``saved_bytes`` that is an s x s tensor (gone with a fused kernel)
     weight_bytes: int = 0  # the part of ``bytes_read`` that is parameters
     weight_layout: str = ""  # a weight product's block layout (config.quantize's names: q4_1, q8_0, ...); "": float
+    # The weight bytes of the one block-kernel product this op runs in with the Linears that read its input (q, k, v;
+    # gate, up: tformer.model.stacked_products), so the roofline charges that call's fixed cost once; 0: alone.
+    stack_bytes: int = 0
     cache_bytes: int = 0  # KV-cache bytes this op's layer holds after the step (scores: K, context: V)
     stack: str = ""  # "encoder" | "decoder" | "" (model-level)
     dims: MatMul | None = None  # a matmul's sizes (the roofline reads these; ``shapes`` is only a label)

@@ -92,7 +92,8 @@ def gemv_bandwidth_for(op, device, dtype: str) -> float | None:
         return None
     layout = getattr(op, "weight_layout", "")
     if layout and device.gemv_bandwidth.get(layout):
-        return device.call_rate(layout, dims[0], op.weight_bytes) or device.gemv_rate(layout, *dims)
+        # a member of one stacked product (q, k, v) reads at that call's rate: the call's fixed cost charged once
+        return device.call_rate(layout, dims[0], op.stack_bytes or op.weight_bytes) or device.gemv_rate(layout, *dims)
     return device.gemv_rate(dtype, *dims)
 
 

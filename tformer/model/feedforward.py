@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tformer.model.linear import Linear
+from tformer.model.stacked_products import run_linears, stack_linears
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -37,10 +38,16 @@ class FeedForward(nn.Module):
         self.down = Linear.described(spec.down)
         self.act = ACTIVATIONS[spec.activation]
         self.dropout = dropout_layer(config.activation_dropout)
+        self._stacked = None  # gate and up as one block-kernel product: stack_products()
+
+    def stack_products(self) -> None:
+        """Prepare gate and up's one product where they can be one (the paths' choice: choose_paths)."""
+        self._stacked = None if self.gate is None else stack_linears([self.gate, self.up])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gate is not None:
-            h = self.act(self.gate(x)) * self.up(x)
+        if self.gate is not None:  # gate and up read x: one product where they can be (model/stacked_products)
+            gate, up = run_linears(x, (self.gate, self.up), self._stacked)
+            h = self.act(gate) * up
         else:
             h = self.act(self.up(x))
         return self.down(self.dropout(h))

@@ -43,6 +43,10 @@ def choose_paths(model: nn.Module) -> None:
                 if shape not in split:
                     split[shape] = split_rows_for(*shape, threads)
                 module.split_rows, module.split_threads = split[shape], threads
+        # Then the Linears that read one input and can be one product (q, k, v; gate, up): on their chosen paths.
+        for module in model.modules():
+            if hasattr(module, "stack_products"):
+                module.stack_products()
 
 
 __all__ = ["choose_paths"]

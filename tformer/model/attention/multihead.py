@@ -21,6 +21,7 @@ from tformer.model.linear import Linear
 from tformer.model.masks import AttentionMask
 from tformer.model.norm import make_norm
 from tformer.model.position import apply_rope
+from tformer.model.stacked_products import run_linears, stack_linears
 
 
 class MultiHeadAttention(nn.Module):
@@ -60,6 +61,11 @@ class MultiHeadAttention(nn.Module):
         # sliding window read as its band; use_path(model, "blocks") turns it on beside the block kernel.
         self.row_exact_possible = self.exact or hasattr(self.attend, "dense_mask")
         self.row_exact = False
+        self._stacked = None  # q, k, v as one block-kernel product: stack_products()
+
+    def stack_products(self) -> None:
+        """Prepare q, k and v's one product where they can be one (the paths' choice: choose_paths)."""
+        self._stacked = None if self.cross else stack_linears([self.q_proj, self.k_proj, self.v_proj])
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
@@ -75,15 +81,19 @@ class MultiHeadAttention(nn.Module):
             # where this layer runs another formula. Refuse rather than return another model's output.
             raise TformerError(f"attention weights come only from exact kinds; this layer runs '{self.kind}', "
                                "which never forms softmax(Q K^T) over all keys (build it with attn_impl='sdpa' to see maps)")
-        q = self._heads(self.q_proj(x), self.n_heads)
+        if self.cross:
+            q = self.q_proj(x)
+        else:  # q, k and v read x: one product where they can be (tformer.model.stacked_products)
+            q, k, v = run_linears(x, (self.q_proj, self.k_proj, self.v_proj), self._stacked)
+        q = self._heads(q, self.n_heads)
         if self.q_norm is not None:
             q = self.q_norm(q)
         if self.cross and cache is not None and cache.has_cross(self.layer_idx):
             k, v = cache.get_cross(self.layer_idx)
         else:
-            source = memory if self.cross else x
-            k = self._heads(self.k_proj(source), self.n_kv_heads)
-            v = self._heads(self.v_proj(source), self.n_kv_heads)
+            if self.cross:
+                k, v = self.k_proj(memory), self.v_proj(memory)
+            k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
             if self.k_norm is not None:
                 k = self.k_norm(k)
             if rope is not None:
