@@ -388,8 +388,9 @@ static void run_parallel(const job_t *job) {
 }
 
 /* Part p of `parts` computes output rows [N p / parts, N (p+1) / parts) for every activation row: tiles of 4
- * activation rows x 1 weight row while 4 rows are left (each weight block unpacked once for 4 rows), then one row
- * at a time (a decode step).  (Tiles of 1 x 4 weight rows measured 2.5x slower at one row on a Zen 4: the
+ * activation rows x 1 weight row while 4 rows are left (each weight block unpacked once for 4 rows), then the 1 to 3
+ * rows left as one tile (one row: a decode step).  Whatever the tile, each output's accumulators take the same
+ * instructions in the same order, so a row's result does not depend on the rows beside it.  (Tiles of 1 x 4 weight rows measured 2.5x slower at one row on a Zen 4: the
  * compiler spilled their sixteen sums.) */
 typedef struct {
     int fmt;
@@ -405,11 +406,18 @@ static void product_part(const void *ctx, int part, int parts) {
     const acts_t *a = job->a;
 #if TF_X86
     if (simd_level > 0) {
-        tile_fn rows4 = simd_level == 2 ? rows4_vnni : rows4_avx2, one = simd_level == 2 ? one_vnni : one_avx2;
+        int vnni = simd_level == 2;
+        tile_fn rows4 = vnni ? rows4_vnni : rows4_avx2;
+        tile_fn rest = NULL;  // the M % 4 rows left after the tiles of 4, as one tile
+        switch (job->M % ROWS_AT_ONCE) {
+        case 3: rest = vnni ? rows3_vnni : rows3_avx2; break;
+        case 2: rest = vnni ? rows2_vnni : rows2_avx2; break;
+        case 1: rest = vnni ? one_vnni : one_avx2; break;
+        }
+        int64_t tiled = job->M - job->M % ROWS_AT_ONCE;
         for (int64_t n = n0; n < n1; n++) {
-            int64_t m = 0;
-            for (; m + ROWS_AT_ONCE <= job->M; m += ROWS_AT_ONCE) rows4(job->fmt, job->w + n * rb, rb, a, m, N, job->y + m * N + n);
-            for (; m < job->M; m++) one(job->fmt, job->w + n * rb, rb, a, m, N, job->y + m * N + n);
+            for (int64_t m = 0; m < tiled; m += ROWS_AT_ONCE) rows4(job->fmt, job->w + n * rb, rb, a, m, N, job->y + m * N + n);
+            if (rest) rest(job->fmt, job->w + n * rb, rb, a, tiled, N, job->y + tiled * N + n);
         }
         return;
     }
