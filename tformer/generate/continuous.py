@@ -140,8 +140,8 @@ class ContinuousBatcher(WorkQueue):
     def __init__(self, model: TransformerModel, *, max_batch: int = 32, max_queue: int = 256,
                  slot_positions: int | None = None, compile: bool | str = False):
         """slot_positions: columns of each row of the KV pool (prompt + new tokens; default the context window,
-        at most 1024); compile: decode steps through one torch.compile'd graph ("inductor", or True; a backend
-        name), compiled by ``start`` before the first request (minutes on a small CPU)."""
+        at most 1024); compile: decode steps through torch.compile'd graphs, one for a single row and one for any
+        rows ("inductor", or True; a backend name), compiled by ``start`` before the first request (minutes on a small CPU)."""
         runner = runner_for(model)
         if not runner.generates:
             raise TformerError(f"this checkpoint is {runner.label}; it cannot generate. Serve a decoder or "
@@ -158,7 +158,7 @@ class ContinuousBatcher(WorkQueue):
         self._active: list[Sequence] = []  # admitted and not ended: reading their prompt or decoding
         c = self.config
         self._pad = filler_id(c.vocab_size, c.pad_token_id, c.eos_token_id)
-        self._pool = None
+        self._pool, self._compiled = None, False
         if compile and not pool_serves(c):
             raise TformerError(f"--compile serves decoder-only attention models over the KV pool; this "
                                f"{self.runner.label} model is served eagerly: drop --compile")
@@ -171,8 +171,8 @@ class ContinuousBatcher(WorkQueue):
                                    f"window), got {slot_positions!r}")
             step_fn = compiled_pool_step(model, "inductor" if compile is True else compile) if compile else None
             # prefix caching keeps at most four rows' worth of prompt keys, whatever the number of rows
-            self._pool = SlotPool(model, max_batch, columns, PrefixStore(4 * columns), step_fn,
-                                  least_rows=2 if compile else 1)
+            self._pool = SlotPool(model, max_batch, columns, PrefixStore(4 * columns), step_fn)
+            self._compiled = bool(compile)
             self._store = PoolRows(self._pool, self._pad)
             self._prefilling: list[Sequence] = []
         else:
@@ -182,14 +182,16 @@ class ContinuousBatcher(WorkQueue):
 
     # Public -------------------------------------------------------------------------------------
     def start(self):
-        """Start the loop; a compiled step is compiled first (one step over two empty rows, then forgotten: the one
-        graph serves every number of rows and columns), its seconds kept in ``compile_seconds``."""
-        if self._pool is not None and self._pool.least_rows > 1:
+        """Start the loop; a compiled step is compiled first (a step over two empty rows and one over one, then
+        forgotten: the two graphs serve every number of rows and columns), its seconds kept in ``compile_seconds``."""
+        if self._pool is not None and self._compiled:
             t0 = time.perf_counter()
-            slot = self._pool.take()
+            slots = [self._pool.take() for _ in range(min(2, self._pool.slots))]
             with torch.no_grad():
-                self._pool.step({slot: self._pad}, self._pad)
-            self._pool.give(slot)
+                for n in sorted({len(slots), 1}, reverse=True):
+                    self._pool.step({s: self._pad for s in slots[:n]}, self._pad)
+            for slot in slots:
+                self._pool.give(slot)
             self.compile_seconds = time.perf_counter() - t0
         return super().start()
 

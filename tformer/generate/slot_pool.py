@@ -93,14 +93,12 @@ class PrefixStore:
 
 
 class SlotPool:
-    def __init__(self, model, slots: int, columns: int, prefix_store: PrefixStore | None = None, step_fn=None,
-                 least_rows: int = 1):
+    def __init__(self, model, slots: int, columns: int, prefix_store: PrefixStore | None = None, step_fn=None):
         """step_fn(model, ids, kv) -> logits (R, V): the decode step (default: the model's eager forward; a
-        compiled one is passed by the server's --compile); least_rows: the fewest rows a step runs (a graph
-        compiled for any number of rows is traced at 2: torch specializes a dimension of size 1)."""
+        compiled one, tformer.model.compiled.compiled_pool_step, is passed by the server's --compile)."""
         self.model, self.config = model, model.config
         param = next(model.parameters())
-        self.slots, self.columns, self.least_rows = slots, columns, min(least_rows, slots)
+        self.slots, self.columns = slots, columns
         self.kv = SlotCache.allocate(self.config, len(model.decoder.order), slots, columns, param.dtype, param.device)
         self.used = [0] * slots  # columns each slot has written, counted on the host
         self._free = list(range(slots))  # a heap: the lowest free slot first keeps the live rows low
@@ -163,7 +161,7 @@ class SlotPool:
         """One token for each decoding slot, ``{slot: token}`` -> logits (R, V), row i = slot i (rows of slots
         not in ``tokens`` are carried along and mean nothing)."""
         top = max(tokens) + 1
-        rows = bucket(top, self.slots, self.least_rows)
+        rows = bucket(top, self.slots)
         columns = bucket(max(self.used[:rows]) + 1, self.columns, MIN_COLUMNS)
         ids = torch.full((rows, 1), filler, dtype=torch.long)
         for slot, token in tokens.items():

@@ -213,9 +213,11 @@ class CompiledStep:
 
 def compiled_pool_step(model: TransformerModel, backend: str = "inductor"):
     """A decode step for serving's KV pool (tformer.generate.slot_pool): ``step(model, ids, view) -> logits``,
-    the model's own forward over a SlotCache view, compiled once for any number of rows and columns (both
-    dimensions marked dynamic: one graph, where a graph per shape would cost minutes each on a small CPU).
-    Rows and columns must be at least 2 (torch specializes a dimension of size 1)."""
+    the model's own forward over a SlotCache view, compiled as two graphs: one for any number of rows from 2 and
+    one for a single row, both for any number of columns (those dimensions marked dynamic, where a graph per shape
+    would cost minutes each on a small CPU). The single row has its own graph because torch specializes a
+    dimension of size 1: the any-rows graph is traced at 2, and a lone request stepped through it would carry a
+    passenger row, whose products cost the block kernel nearly as much as its own. Columns must be at least 2."""
     check_compilable(model.config)
     if backend not in BACKENDS:
         raise TformerError(f"compile backend {backend!r} is unknown; use one of: {', '.join(BACKENDS)}")
@@ -224,20 +226,24 @@ def compiled_pool_step(model: TransformerModel, backend: str = "inductor"):
     def traced(ids, buffers, lengths, positions, keep):
         return next_logits(model, ids, SlotCache(buffers, windows, lengths, positions, keep))
 
-    compiled = torch.compile(traced, fullgraph=True, backend=backend)
+    def traced_one_row(ids, buffers, lengths, positions, keep):  # its own code object: its own graph cache
+        return next_logits(model, ids, SlotCache(buffers, windows, lengths, positions, keep))
+
+    rows_graph = torch.compile(traced, fullgraph=True, backend=backend)
+    one_row_graph = torch.compile(traced_one_row, fullgraph=True, backend=backend)
     mark = torch._dynamo.mark_dynamic
 
     def step(_model, ids: torch.Tensor, view: SlotCache) -> torch.Tensor:
-        mark(ids, 0)
+        one = ids.shape[0] == 1
         for k, v in view.buffers:
             for t in (k, v):
-                mark(t, 0)
                 mark(t, 2)
-        for t in (view.lengths, view.positions, view.keep):
-            mark(t, 0)
         mark(view.keep, 1)
+        if not one:
+            for t in (ids, view.lengths, view.positions, view.keep, *(t for kv in view.buffers for t in kv)):
+                mark(t, 0)
         with torch.no_grad():
-            return compiled(ids, view.buffers, view.lengths, view.positions, view.keep)
+            return (one_row_graph if one else rows_graph)(ids, view.buffers, view.lengths, view.positions, view.keep)
 
     return step
 

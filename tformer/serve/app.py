@@ -37,7 +37,7 @@ class ServeSettings:
     max_batch: int = 32
     max_queue: int = 256
     slot_positions: int | None = None  # columns of each row of the KV pool (None: the context window, at most 1024)
-    compile: bool = False  # decode steps through one torch.compile'd graph, compiled at start
+    compile: bool = False  # decode steps through torch.compile'd graphs (one row; any rows), compiled at start
     max_body_bytes: int = 1 << 20
     request_timeout: float | None = 60.0  # seconds per completion; then finish_reason "timeout"
     body_timeout: float | None = None  # seconds to receive a body (None: request_timeout, or 60)
@@ -73,7 +73,7 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
     async def lifespan(app):
         engine.start()
         if getattr(engine, "compile_seconds", None) is not None:  # before the first request is taken
-            log.warning("tformer serve: decode step compiled in %.1f s (one graph for every batch size and context)",
+            log.warning("tformer serve: decode step compiled in %.1f s (two graphs: one row, and any rows; every context)",
                         engine.compile_seconds)
         try:
             yield
