@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
                         help="positions (prompt + reply) each of the --max-batch rows of the KV pool holds, allocated "
                              "at start (default: the context window, at most 1024); a longer request gets 400")
     parser.add_argument("--compile", action="store_true",
-                        help="decode through torch.compile'd steps (decoder-only attention models; one row, and any rows), compiled "
+                        help="decode through torch.compile'd steps (decoder-only attention models; one row, any rows), compiled "
                              "before the server answers: minutes on a small CPU, then no Python per layer")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body; beyond: 413")
     parser.add_argument("--request-timeout", type=float, default=60.0,

@@ -141,7 +141,8 @@ class ContinuousBatcher(WorkQueue):
                  slot_positions: int | None = None, compile: bool | str = False):
         """slot_positions: columns of each row of the KV pool (prompt + new tokens; default the context window,
         at most 1024); compile: decode steps through torch.compile'd graphs, one for a single row and one for any
-        rows ("inductor", or True; a backend name), compiled by ``start`` before the first request (minutes on a small CPU)."""
+        rows ("inductor", or True; a backend name), compiled by ``start`` before the first request (minutes on a
+        small CPU)."""
         runner = runner_for(model)
         if not runner.generates:
             raise TformerError(f"this checkpoint is {runner.label}; it cannot generate. Serve a decoder or "

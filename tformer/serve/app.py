@@ -73,7 +73,7 @@ def create_app(model, tokenizer=None, *, name: str = "model", settings: ServeSet
     async def lifespan(app):
         engine.start()
         if getattr(engine, "compile_seconds", None) is not None:  # before the first request is taken
-            log.warning("tformer serve: decode step compiled in %.1f s (two graphs: one row, and any rows; every context)",
+            log.warning("tformer serve: decode step compiled in %.1f s (two graphs: one row, any rows; every context)",
                         engine.compile_seconds)
         try:
             yield
