@@ -113,14 +113,8 @@ def test_the_repetition_penalty_sees_each_new_token():
     assert row.tokens == [3, 4, 3] and bool(seen[3] & seen[4])
 
 
-def test_generate_and_serving_step_through_the_one_loop(monkeypatch):
-    calls = []
-    step = DecodeLoop.step
-    monkeypatch.setattr(DecodeLoop, "step", lambda self: calls.append(type(self.store).__name__) or step(self))
-    model = model_for("decoder", "rope")
-    out = generate(model, PROMPTS, max_new_tokens=6, stop_tokens=[])
-    assert calls == ["BatchRows"] * out.decode_steps == ["BatchRows"] * 5
-    calls.clear()
+def _serve_one(model) -> None:
+    """One request of 6 tokens through a started batcher, to its end."""
     batcher = ContinuousBatcher(model, max_batch=4).start()
     done = threading.Event()
     try:
@@ -129,14 +123,18 @@ def test_generate_and_serving_step_through_the_one_loop(monkeypatch):
         assert done.wait(60)
     finally:
         batcher.shutdown()
+
+
+def test_generate_and_serving_step_through_the_one_loop(monkeypatch):
+    calls = []
+    step = DecodeLoop.step
+    monkeypatch.setattr(DecodeLoop, "step", lambda self: calls.append(type(self.store).__name__) or step(self))
+    model = model_for("decoder", "rope")
+    out = generate(model, PROMPTS, max_new_tokens=6, stop_tokens=[])
+    assert calls == ["BatchRows"] * out.decode_steps == ["BatchRows"] * 5
+    calls.clear()
+    _serve_one(model)  # a decoder: the slot pool
     assert calls == ["PoolRows"] * 5
     calls.clear()
-    seq2seq = ContinuousBatcher(model_for("encoder-decoder", "learned"), max_batch=4).start()
-    done.clear()
-    try:
-        seq2seq.submit(Request(PROMPTS[0], max_new_tokens=6, stop_tokens=()),
-                       lambda seq, token, finish: finish and done.set())
-        assert done.wait(60)
-    finally:
-        seq2seq.shutdown()
+    _serve_one(model_for("encoder-decoder", "learned"))  # joined growing caches
     assert calls == ["JoinedRows"] * 5

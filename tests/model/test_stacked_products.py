@@ -116,9 +116,13 @@ def test_the_ledger_stacks_what_the_model_stacks():
     assert set(REPACKED_BLOCKS) == {f.lower() for f in ggml_kernel.PACKED} & set(KEPT_BLOCKS)
     model = _model("q4_1", qkv_bias=True)
     ops = {op.name: op for op in ledger(model.config, Workload(phase="decode", batch=1, seq=5, context=4)).ops}
-    for name, module in model.named_modules():
-        stack = getattr(module, "_stacked", None)
-        if stack is not None:
-            first = next(n for n, m in model.named_modules() if m is stack.linears[0])
-            biases = 0 if stack.bias is None else stack.bias.numel() * stack.bias.element_size()
-            assert ops[first].stack_bytes == stack.blocks.numel() + biases, name  # the weights a call reads
+    names = {m: n for n, m in model.named_modules()}
+    stacks = _stacked(model)
+    assert len(stacks) == 4  # each layer's attention and MLP
+    for module in stacks:
+        stack = module._stacked
+        biases = 0 if stack.bias is None else stack.bias.numel() * stack.bias.element_size()
+        for linear in stack.linears:  # each member carries the one call's weights
+            assert ops[names[linear]].stack_bytes == stack.blocks.numel() + biases, names[module]
+    stacked_ops = {name for name, op in ops.items() if op.stack_bytes}
+    assert stacked_ops == {names[m] for s in stacks for m in s._stacked.linears}  # and nothing else
