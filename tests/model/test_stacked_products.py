@@ -56,8 +56,9 @@ def test_one_product_is_bit_for_bit_the_separate_products(layout, kw):
     model = _model(layout, **kw)
     stacked = _stacked(model)
     assert len(stacked) == 4  # each layer's attention and MLP
-    assert all(getattr(m, "repacked", None) is None for m in model.modules() if hasattr(m, "drop_repacked")
-               and any(m in s._stacked.linears for s in stacked))  # the stack replaces their repacked copies
+    for module in stacked:  # the weights are held once: each Linear's repacked copy is its rows of the stack
+        base = module._stacked.blocks.untyped_storage().data_ptr()
+        assert all(m.repacked.untyped_storage().data_ptr() == base for m in module._stacked.linears)
     ids = torch.randint(0, 64, (2, 6))
     together = _logits_and_steps(model, ids)
     _unstack(model)
@@ -74,6 +75,17 @@ def test_generate_decodes_the_same_tokens_stacked_or_not():
         patch.setattr("tformer.model.feedforward.FeedForward.stack_products", lambda self: None)
         alone = generate(model, [[1, 2, 3], [4, 5]], max_new_tokens=8, stop_tokens=[]).sequences
     assert stacked == alone
+
+
+def test_choosing_the_paths_again_keeps_a_stack_that_still_stands_and_renews_a_stale_one():
+    model = _model()
+    attn = model.decoder.layers[0].attn
+    before = attn._stacked
+    choose_paths(model)  # as every generate() does
+    assert attn._stacked is before
+    attn.q_proj.load_state_dict(Q4_1Linear.from_float(torch.randn(64, 64)).state_dict())
+    choose_paths(model)
+    assert attn._stacked is not before and attn._stacked.stands_for((attn.q_proj, attn.k_proj, attn.v_proj))
 
 
 def test_a_stack_that_no_longer_stands_for_its_linears_is_not_used():

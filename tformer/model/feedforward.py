@@ -42,7 +42,7 @@ class FeedForward(nn.Module):
 
     def stack_products(self) -> None:
         """Prepare gate and up's one product where they can be one (the paths' choice: choose_paths)."""
-        self._stacked = None if self.gate is None else stack_linears([self.gate, self.up])
+        self._stacked = None if self.gate is None else stack_linears([self.gate, self.up], self._stacked)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate is not None:  # gate and up read x: one product where they can be (model/stacked_products)

@@ -146,11 +146,11 @@ class QuantizedLinear(nn.Module):
             self._repacked_key = self._stored_key()
         return self.repacked
 
-    def drop_repacked(self) -> None:
-        """Free the repacked copy (a stack of Linears holds its own: tformer.model.stacked_products); the next
-        kernel_blocks() rebuilds it."""
-        self._buffers.pop("repacked", None)
-        self._repacked_key = None
+    def share_repacked(self, rows: torch.Tensor) -> None:
+        """Take ``rows`` (this Linear's rows of a stack's repacked blocks: tformer.model.stacked_products) as the
+        repacked copy, so the weights are held once; kernel_blocks() rebuilds its own if the stored tensors change."""
+        self.register_buffer("repacked", rows, persistent=False)
+        self._repacked_key = self._stored_key()
 
     def _run_blocks(self, x: torch.Tensor) -> torch.Tensor:
         """y = x W^T + b on the block kernel: x in fp32 (the kernel rounds it to 8 bits per block of 32). prepare()

@@ -58,15 +58,18 @@ class StackedBlocks:
         return [part.view(*x.shape[:-1], part.shape[-1]) for part in y.split(self.sizes, dim=-1)]
 
 
-def stack_linears(linears: list[nn.Module]) -> StackedBlocks | None:
+def stack_linears(linears: list[nn.Module], current: StackedBlocks | None = None) -> StackedBlocks | None:
     """One stacked operand for ``linears`` when they can be one product: each a GGUF-block Linear on the blocks path
     (tformer.model.quantized), of one format the kernel repacks, one input width, all with a bias or none, on the
-    CPU."""
+    CPU. ``current``, the module's stack so far, is kept while it still stands for them (every generate() chooses
+    the paths again: rebuilding meant repacking and copying most of the weights each call, ~100 ms on SmolLM2)."""
+    if current is not None and current.stands_for(linears):
+        return current
     first = linears[0]
     if not all(isinstance(m, QuantizedLinear) and m.path == "blocks" for m in linears):
         return None
-    # Only the formats the kernel repacks: their Linears keep a repacked copy, which the stack replaces (dropped
-    # below, rebuilt if a Linear ever runs alone). A K-quant runs on its stored bytes, which a stack would copy.
+    # Only the formats the kernel repacks: their Linears keep a repacked copy, which the stack replaces (each then
+    # holds its rows of the stack: one copy). A K-quant runs on its stored bytes, which a stack would copy.
     if first.ggml_type not in ggml_kernel.PACKED:
         return None
     if any(m.ggml_type != first.ggml_type or m.in_features != first.in_features
@@ -75,8 +78,8 @@ def stack_linears(linears: list[nn.Module]) -> StackedBlocks | None:
     if any(b.device.type != "cpu" for m in linears for b in m.buffers(recurse=False)):
         return None
     stack = StackedBlocks(linears)
-    for m in linears:
-        m.drop_repacked()
+    for m, rows in zip(linears, stack.blocks.split(stack.sizes)):
+        m.share_repacked(rows)
     return stack
 
 

@@ -65,7 +65,7 @@ class MultiHeadAttention(nn.Module):
 
     def stack_products(self) -> None:
         """Prepare q, k and v's one product where they can be one (the paths' choice: choose_paths)."""
-        self._stacked = None if self.cross else stack_linears([self.q_proj, self.k_proj, self.v_proj])
+        self._stacked = None if self.cross else stack_linears([self.q_proj, self.k_proj, self.v_proj], self._stacked)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         B, T, _ = x.shape
